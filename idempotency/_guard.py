@@ -1,0 +1,451 @@
+"""The guard: at most one execution per `(scope, key)`, with durable intent before the effect.
+
+A call goes: Redis (cached result, or the lease) → the ledger claim (authoritative) → execute →
+record the outcome (fenced) → cache. Redis only ever saves round trips; every decision to execute
+is taken by the ledger, so losing Redis data can never cause a second execution.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+import uuid
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy.exc import SQLAlchemyError
+from tenacity import (
+    AsyncRetrying,
+    retry_if_exception_type,
+    stop_after_attempt,
+    stop_after_delay,
+    wait_exponential,
+)
+
+from idempotency._context import OperationContext, reset_current, set_current
+from idempotency._errors import WriteSafeError
+from idempotency._keystore import LeaseState, RedisKeyStore
+from idempotency._metrics import CALL_SECONDS, CALLS, EXECUTIONS, LEASES_LOST
+from idempotency._spec import GuardedCall
+from ledger import Claim, Intent, Ledger, OperationRecord, Outcome, Status, dumps_json
+from reconciler import (
+    Classification,
+    Code,
+    CodeRegistry,
+    Continuation,
+    ErrorEnvelope,
+    FailedOperation,
+    SideEffects,
+    decide_continuation,
+    exception_evidence,
+    operation_info,
+)
+
+logger = logging.getLogger("writesafe")
+
+# What "the ledger cannot be reached" looks like from here.
+LEDGER_ERRORS: tuple[type[BaseException], ...] = (SQLAlchemyError, OSError, TimeoutError)
+
+_MIN_RETRY_AFTER_MS = 50
+_MAX_RETRY_AFTER_MS = 5_000
+_MAX_POLL_SECONDS = 0.05
+
+
+@dataclass(frozen=True, slots=True)
+class GuardSettings:
+    """Bounds of the guard itself (per tool bounds live on the tool)."""
+
+    lease_seconds: float = 15.0
+    record_retry_seconds: float = 2.0
+
+
+@dataclass(frozen=True, slots=True)
+class _Answer:
+    value: Any
+    kind: str  # "executed" or "replayed", for metrics
+    cache: str | None  # the result JSON the key store may cache
+
+
+@dataclass(frozen=True, slots=True)
+class _Busy:
+    retry_after_ms: int  # 0: the row changed under us, look again at once
+
+
+class Guard:
+    """Runs guarded calls against one ledger and, optionally, one Redis key store."""
+
+    def __init__(
+        self,
+        ledger: Ledger,
+        keystore: RedisKeyStore | None,
+        codes: CodeRegistry,
+        settings: GuardSettings,
+    ) -> None:
+        self.ledger = ledger
+        self.keystore = keystore
+        self.codes = codes
+        self.settings = settings
+        # In-process single flight: same-key calls in this process wait on the first one's
+        # future instead of polling the stores.
+        self._local: dict[tuple[str, str], asyncio.Future[None]] = {}
+
+    async def call(self, call: GuardedCall) -> Any:
+        started = time.perf_counter()
+        answer = "error"
+        try:
+            result = await self._call(call)
+            answer = result.kind
+            return result.value
+        except WriteSafeError as error:
+            answer = error.code
+            raise
+        finally:
+            CALLS.labels(call.tool.name, answer).inc()
+            CALL_SECONDS.labels(call.tool.name, answer).observe(time.perf_counter() - started)
+
+    async def _call(self, call: GuardedCall) -> _Answer:
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + call.tool.wait_timeout
+        slot = (call.scope, call.key)
+        leader = self._local.get(slot)
+        if leader is not None:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(asyncio.shield(leader), deadline - loop.time())
+            if not leader.done():
+                raise self._in_progress(call, None)
+            return await self._lead(call, deadline)
+        done: asyncio.Future[None] = loop.create_future()
+        self._local[slot] = done
+        try:
+            return await self._lead(call, deadline)
+        finally:
+            if self._local.get(slot) is done:
+                del self._local[slot]
+            done.set_result(None)
+
+    async def _lead(self, call: GuardedCall, deadline: float) -> _Answer:
+        loop = asyncio.get_running_loop()
+        pause = 0.002
+        while True:
+            step = await self._attempt(call)
+            if isinstance(step, _Answer):
+                return step
+            remaining = deadline - loop.time()
+            if remaining <= 0:
+                raise self._in_progress(call, step.retry_after_ms)
+            if step.retry_after_ms:
+                await asyncio.sleep(min(pause, remaining))
+                pause = min(pause * 2, _MAX_POLL_SECONDS)
+
+    async def _attempt(self, call: GuardedCall) -> _Answer | _Busy:
+        owner = uuid.uuid4().hex
+        holds_store_lease = False
+        answer: _Answer | _Busy | None = None
+        if self.keystore is not None:
+            store = await self.keystore.claim(
+                call.scope, call.key, owner, self.settings.lease_seconds
+            )
+            if store.state is LeaseState.CACHED:
+                assert store.cached is not None
+                return self._replay_cached(call, store.cached)
+            if store.state is LeaseState.BUSY:
+                return _Busy(_MIN_RETRY_AFTER_MS)
+            holds_store_lease = store.state is LeaseState.ACQUIRED
+        try:
+            claim = await self._claim(call, owner)
+            answer = await self._proceed(call, claim, owner)
+            return answer
+        finally:
+            if holds_store_lease:
+                assert self.keystore is not None
+                cache = None
+                if isinstance(answer, _Answer) and answer.cache is not None:
+                    cache = f"{call.fingerprint}\n{answer.cache}"
+                await self.keystore.finish(call.scope, call.key, owner, cache)
+
+    async def _claim(self, call: GuardedCall, owner: str) -> Claim:
+        intent = self._intent(call, owner)
+        try:
+            # One retry covers a pooled connection that died since its last use. Retrying a
+            # claim is safe: if the first one committed, the row carries our owner token.
+            async for attempt in AsyncRetrying(
+                stop=stop_after_attempt(2),
+                retry=retry_if_exception_type(LEDGER_ERRORS),
+                reraise=True,
+            ):
+                with attempt:
+                    return await self.ledger.claim(intent)
+        except LEDGER_ERRORS as error:
+            logger.warning("ledger unavailable before the write (%s)", type(error).__name__)
+            raise WriteSafeError(
+                self.codes.envelope(
+                    Code.TEMP_UNAVAILABLE,
+                    "the ledger is unavailable; the write was not started",
+                    retry_after_ms=1_000,
+                    side_effects=SideEffects.NONE,
+                )
+            ) from error
+        raise AssertionError("unreachable: the retry loop returns or raises")
+
+    def _intent(self, call: GuardedCall, owner: str) -> Intent:
+        return Intent(
+            scope=call.scope,
+            key=call.key,
+            tool=call.tool.name,
+            fingerprint=call.fingerprint,
+            arguments=call.bound.arguments_json,
+            owner=owner,
+            lease_seconds=self.settings.lease_seconds,
+            max_executions=call.tool.max_executions,
+            auth_hash=call.auth_hash,
+        )
+
+    async def _proceed(self, call: GuardedCall, claim: Claim, owner: str) -> _Answer | _Busy:
+        """Decide what the row we found means for this call."""
+        operation = claim.operation
+        if claim.created or operation.lease_owner == owner:
+            return await self._execute(call, operation, owner)
+        same_payload = operation.fingerprint == call.fingerprint
+        if operation.status is Status.SUCCEEDED:
+            if not same_payload:
+                raise self._key_reused(call, operation)
+            assert operation.result is not None
+            return _Answer(call.tool.codec.decode(operation.result), "replayed", operation.result)
+        if operation.status is Status.FAILED:
+            return await self._continue_failed(call, operation, owner)
+        if not same_payload:
+            raise self._key_reused(call, operation)
+        if operation.status is Status.IN_FLIGHT:
+            now = self.ledger.clock.now()
+            if not operation.lease_expired(now):
+                assert operation.lease_expires_at is not None
+                left = (operation.lease_expires_at - now).total_seconds() * 1000
+                return _Busy(_clamp_retry_after(left))
+            expired = await self.ledger.expire(operation)
+            if expired is None:
+                return _Busy(0)
+            operation = expired
+        raise self._unknown_outcome(call, operation)
+
+    async def _continue_failed(
+        self, call: GuardedCall, operation: OperationRecord, owner: str
+    ) -> _Answer | _Busy:
+        stored = _stored_envelope(operation)
+        decision = decide_continuation(
+            FailedOperation(
+                code=operation.last_code,
+                fingerprint=operation.fingerprint,
+                auth_hash=operation.auth_hash,
+                executions=operation.executions,
+                max_executions=operation.max_executions,
+                retry_after_ms=stored.retry_after_ms if stored else None,
+                failed_at=operation.updated_at,
+            ),
+            fingerprint=call.fingerprint,
+            auth_hash=call.auth_hash,
+            now=self.ledger.clock.now(),
+            codes=self.codes,
+        )
+        if decision is Continuation.KEY_REUSED:
+            raise self._key_reused(call, operation)
+        if decision is Continuation.STORED_FAILURE:
+            envelope = stored or self.codes.envelope(Code.UNKNOWN_ERROR, "failed")
+            raise WriteSafeError(envelope.with_operation(operation_info(operation)))
+        restarted = await self.ledger.restart(operation, self._intent(call, owner))
+        if restarted is None:
+            return _Busy(0)
+        return await self._execute(call, restarted, owner)
+
+    async def _execute(self, call: GuardedCall, operation: OperationRecord, owner: str) -> _Answer:
+        """Run the write once under its timeout and lease, and record what happened."""
+        context = OperationContext(call.key, call.scope, call.tool.name, operation.executions)
+        token = set_current(context)
+        renewer = asyncio.create_task(self._keep_lease(call, operation, owner))
+        try:
+            deadline = asyncio.timeout(call.tool.timeout)
+            try:
+                async with deadline:
+                    value = await call.invoke()
+            except BaseException as error:
+                classification = self._classify(call, error, timed_out=deadline.expired())
+                envelope = classification.envelope
+                status = (
+                    Status.FAILED
+                    if envelope.side_effects is SideEffects.NONE
+                    else Status.OUTCOME_UNKNOWN
+                )
+                outcome = Outcome(
+                    status=status,
+                    error=dumps_json(envelope.to_json_dict()),
+                    code=envelope.code,
+                    evidence=dumps_json(classification.evidence),
+                )
+                if _leaving(error):
+                    # The caller is going away: record what we know, then let it go.
+                    await asyncio.shield(self._record(call, operation, owner, outcome))
+                    raise
+                recorded = await self._record(call, operation, owner, outcome)
+                if recorded is None:
+                    raise self._unrecorded(call, operation) from error
+                raise WriteSafeError(envelope.with_operation(operation_info(recorded))) from error
+            encoded = call.tool.codec.encode(value)
+            recorded = await self._record(
+                call, operation, owner, Outcome(Status.SUCCEEDED, result=encoded)
+            )
+            if recorded is None:
+                raise self._unrecorded(call, operation)
+            return _Answer(value, "executed", encoded)
+        finally:
+            renewer.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await renewer
+            reset_current(token)
+
+    async def _record(
+        self, call: GuardedCall, operation: OperationRecord, owner: str, outcome: Outcome
+    ) -> OperationRecord | None:
+        """Write the outcome, retrying the ledger briefly; None if it could not be recorded."""
+        EXECUTIONS.labels(call.tool.name, outcome.status.value).inc()
+        tries = 0
+        try:
+            async for attempt in AsyncRetrying(
+                stop=stop_after_delay(self.settings.record_retry_seconds) | stop_after_attempt(6),
+                wait=wait_exponential(multiplier=0.05, max=0.5),
+                retry=retry_if_exception_type(LEDGER_ERRORS),
+                reraise=True,
+            ):
+                with attempt:
+                    tries += 1
+                    recorded = await self.ledger.finish(operation, owner, outcome)
+                    if recorded is None and tries > 1:
+                        recorded = await self._committed_earlier(operation, outcome)
+        except LEDGER_ERRORS as error:
+            logger.error(
+                "could not record the outcome of %s/%s (%s); its lease will hand it to "
+                "reconciliation",
+                call.scope,
+                call.key,
+                type(error).__name__,
+            )
+            return None
+        if recorded is None:
+            LEASES_LOST.labels(call.tool.name).inc()
+            logger.warning(
+                "lease on %s/%s was taken over; the outcome stays with its attempt",
+                call.scope,
+                call.key,
+            )
+        return recorded
+
+    async def _committed_earlier(
+        self, operation: OperationRecord, outcome: Outcome
+    ) -> OperationRecord | None:
+        # A retried finish may find that its first try committed before the connection broke.
+        row = await self.ledger.get(operation.scope, operation.key)
+        if (
+            row is not None
+            and row.version == operation.version + 1
+            and row.status is outcome.status
+            and row.result == outcome.result
+            and row.error == outcome.error
+        ):
+            return row
+        return None
+
+    async def _keep_lease(self, call: GuardedCall, operation: OperationRecord, owner: str) -> None:
+        """Renew the lease while a long write runs; stop once it is lost."""
+        lease = self.settings.lease_seconds
+        while True:
+            await asyncio.sleep(lease / 3)
+            try:
+                kept = await self.ledger.renew_lease(operation, owner, lease)
+            except LEDGER_ERRORS:
+                continue
+            if not kept:
+                return
+            if self.keystore is not None:
+                await self.keystore.renew(call.scope, call.key, owner, lease)
+
+    def _classify(
+        self, call: GuardedCall, error: BaseException, *, timed_out: bool
+    ) -> Classification:
+        if timed_out:
+            message = (
+                f"the write did not finish within {call.tool.timeout}s; it may have been applied"
+            )
+            envelope = self.codes.envelope(Code.OUTCOME_UNKNOWN, message)
+            return Classification(envelope, {"timeout_seconds": call.tool.timeout})
+        try:
+            return call.tool.adapter.classify(error, self.codes)
+        except Exception as broken:  # an adapter must never turn a failure into a crash
+            logger.exception("adapter %s failed to classify an error", call.tool.adapter.name)
+            envelope = self.codes.envelope(Code.UNKNOWN_ERROR, "the adapter failed to classify")
+            return Classification(envelope, exception_evidence(broken))
+
+    def _replay_cached(self, call: GuardedCall, cached: str) -> _Answer:
+        fingerprint, _, result = cached.partition("\n")
+        if fingerprint != call.fingerprint:
+            raise WriteSafeError(
+                self.codes.envelope(
+                    Code.KEY_REUSED,
+                    "this key was already used with a different payload",
+                    field="idempotency_key",
+                )
+            )
+        return _Answer(call.tool.codec.decode(result), "replayed", None)
+
+    def _key_reused(self, call: GuardedCall, operation: OperationRecord) -> WriteSafeError:
+        return WriteSafeError(
+            self.codes.envelope(
+                Code.KEY_REUSED,
+                f"key {call.key!r} was already used for a different payload of {operation.tool}",
+                field="idempotency_key",
+                operation=operation_info(operation),
+            )
+        )
+
+    def _in_progress(self, call: GuardedCall, retry_after_ms: int | None) -> WriteSafeError:
+        return WriteSafeError(
+            self.codes.envelope(
+                Code.IN_PROGRESS,
+                f"another call with key {call.key!r} is executing",
+                retry_after_ms=retry_after_ms or 1_000,
+            )
+        )
+
+    def _unknown_outcome(self, call: GuardedCall, operation: OperationRecord) -> WriteSafeError:
+        return WriteSafeError(
+            self.codes.envelope(
+                Code.OUTCOME_UNKNOWN,
+                "an earlier execution may have been applied; the key runs again only after "
+                "reconciliation",
+                operation=operation_info(operation),
+            )
+        )
+
+    def _unrecorded(self, call: GuardedCall, operation: OperationRecord) -> WriteSafeError:
+        return WriteSafeError(
+            self.codes.envelope(
+                Code.OUTCOME_UNKNOWN,
+                "the write ran but its outcome could not be recorded; reconcile before retrying",
+                operation=operation_info(operation),
+            )
+        )
+
+
+def _stored_envelope(operation: OperationRecord) -> ErrorEnvelope | None:
+    return None if operation.error is None else ErrorEnvelope.model_validate_json(operation.error)
+
+
+def _leaving(error: BaseException) -> bool:
+    """True when the calling task itself is being cancelled or the process is stopping."""
+    if isinstance(error, KeyboardInterrupt | SystemExit | GeneratorExit):
+        return True
+    task = asyncio.current_task()
+    return isinstance(error, asyncio.CancelledError) and task is not None and task.cancelling() > 0
+
+
+def _clamp_retry_after(milliseconds: float) -> int:
+    return int(min(max(milliseconds, _MIN_RETRY_AFTER_MS), _MAX_RETRY_AFTER_MS))

@@ -1,0 +1,32 @@
+"""Prometheus metrics of the guard (exposed by the service's /metrics)."""
+
+from __future__ import annotations
+
+from prometheus_client import Counter, Histogram
+
+CALLS = Counter(
+    "writesafe_calls_total",
+    "Guarded calls by how they were answered.",
+    ["tool", "answer"],
+)
+EXECUTIONS = Counter(
+    "writesafe_executions_total",
+    "Executions of wrapped writes, by the status they ended in.",
+    ["tool", "status"],
+)
+STORE_DEGRADED = Counter(
+    "writesafe_store_degraded_total",
+    "Store operations that failed and were degraded around (Redis → ledger-only).",
+    ["store", "operation"],
+)
+LEASES_LOST = Counter(
+    "writesafe_leases_lost_total",
+    "Executions whose lease was taken over before they finished (their outcome was fenced off).",
+    ["tool"],
+)
+CALL_SECONDS = Histogram(
+    "writesafe_call_seconds",
+    "Latency of guarded calls by answer.",
+    ["tool", "answer"],
+    buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30),
+)

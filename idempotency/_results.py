@@ -1,0 +1,42 @@
+"""Results are stored as JSON and replayed as the type the tool declares, falsy values included."""
+
+from __future__ import annotations
+
+import logging
+import typing
+from collections.abc import Callable
+from typing import Any
+
+from pydantic import TypeAdapter
+from pydantic_core import PydanticSerializationError
+
+logger = logging.getLogger("writesafe")
+
+
+class ResultCodec:
+    """Encodes a tool's result for the ledger and decodes a stored one back to the declared type."""
+
+    def __init__(self, function: Callable[..., Any]) -> None:
+        try:
+            annotation = typing.get_type_hints(function).get("return", Any)
+        except Exception:
+            annotation = Any
+        self._adapter: TypeAdapter[Any] = TypeAdapter(annotation)
+
+    def encode(self, result: Any) -> str:
+        """JSON text of `result`. A value with no JSON form is stored by its string form, with a
+        warning: the effect happened, so losing fidelity on replay beats losing the record."""
+        try:
+            return self._adapter.dump_json(result).decode()
+        except PydanticSerializationError:
+            logger.warning(
+                "result of type %s has no JSON form; stored as text", type(result).__name__
+            )
+            return self._adapter.dump_json(result, fallback=str, warnings=False).decode()
+
+    def decode(self, text: str) -> Any:
+        try:
+            return self._adapter.validate_json(text)
+        except ValueError:
+            # The declared type changed since the result was stored: replay the stored JSON.
+            return TypeAdapter(Any).validate_json(text)

@@ -1,0 +1,23 @@
+"""Configuration from arguments or `WRITESAFE_*` environment variables (arguments win)."""
+
+from __future__ import annotations
+
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from ledger import DEFAULT_DATABASE_URL
+
+
+class WriteSafeSettings(BaseSettings):
+    """Every knob of a `WriteSafe`, with the embedded default: SQLite file, no Redis."""
+
+    model_config = SettingsConfigDict(env_prefix="WRITESAFE_", extra="ignore")
+
+    database_url: str = DEFAULT_DATABASE_URL
+    redis_url: str | None = None
+    db_schema: str | None = Field(default=None, description="PostgreSQL schema for the ledger")
+    redis_prefix: str = "writesafe"
+    lease_seconds: float = Field(default=15.0, gt=0)
+    wait_timeout: float = Field(default=5.0, ge=0)
+    outcome_ttl: float = Field(default=86_400.0, gt=0)
+    connect_timeout: float = Field(default=5.0, gt=0)

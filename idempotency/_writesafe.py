@@ -1,0 +1,207 @@
+"""`WriteSafe`: one ledger, optionally one Redis, and the tools guarded by them."""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+from collections.abc import Awaitable, Callable
+from types import TracebackType
+from typing import Any, TypeVar
+
+from idempotency._arguments import KEY_PARAMETER
+from idempotency._context import OperationContext, current_operation
+from idempotency._errors import WriteSafeError
+from idempotency._guard import LEDGER_ERRORS, Guard, GuardSettings
+from idempotency._keys import DEFAULT_SCOPE, validate_key
+from idempotency._keystore import RedisKeyStore
+from idempotency._results import ResultCodec
+from idempotency._settings import WriteSafeSettings
+from idempotency._spec import ToolSpec
+from idempotency._tool import Tool
+from ledger import Clock, Ledger, LedgerNotMigrated
+from reconciler import CODES, DEFAULT_ADAPTER, Adapter, Code, CodeRegistry, OperationStatus
+
+R = TypeVar("R")
+
+
+class WriteSafe:
+    """Guards async writes so each runs at most once per `(scope, key)`.
+
+    `WriteSafe()` is the embedded default: a SQLite file beside the process, no Redis, schema
+    created on first use. Give `database_url` (PostgreSQL, asyncpg) and `redis_url` for production;
+    PostgreSQL schemas are applied with `writesafe db upgrade` unless `auto_migrate=True`.
+    """
+
+    def __init__(
+        self,
+        database_url: str | None = None,
+        redis_url: str | None = None,
+        *,
+        schema: str | None = None,
+        redis_prefix: str | None = None,
+        lease_seconds: float | None = None,
+        wait_timeout: float | None = None,
+        auto_migrate: bool | None = None,
+        clock: Clock | None = None,
+        codes: CodeRegistry | None = None,
+        settings: WriteSafeSettings | None = None,
+    ) -> None:
+        overrides = {
+            "database_url": database_url,
+            "redis_url": redis_url,
+            "db_schema": schema,
+            "redis_prefix": redis_prefix,
+            "lease_seconds": lease_seconds,
+            "wait_timeout": wait_timeout,
+        }
+        base = settings or WriteSafeSettings()
+        self.settings = base.model_copy(
+            update={k: v for k, v in overrides.items() if v is not None}
+        )
+        self.codes = codes or CODES
+        self.ledger = Ledger.from_url(
+            self.settings.database_url,
+            schema=self.settings.db_schema,
+            clock=clock,
+            connect_timeout=self.settings.connect_timeout,
+        )
+        self.keystore = (
+            RedisKeyStore(
+                self.settings.redis_url,
+                prefix=self.settings.redis_prefix,
+                outcome_ttl=self.settings.outcome_ttl,
+            )
+            if self.settings.redis_url
+            else None
+        )
+        self._guard = Guard(
+            self.ledger,
+            self.keystore,
+            self.codes,
+            GuardSettings(lease_seconds=self.settings.lease_seconds),
+        )
+        self._auto_migrate = self.ledger.is_sqlite if auto_migrate is None else auto_migrate
+        self._tools: dict[str, Tool[Any]] = {}
+        self._ready = False
+        self._ready_lock = asyncio.Lock()
+
+    # -- registering tools ---------------------------------------------------------------
+
+    def tool(
+        self,
+        name: str,
+        *,
+        lookup: Callable[..., Awaitable[Any]] | None = None,
+        adapter: Adapter | None = None,
+        timeout: float | None = 30.0,
+        max_executions: int = 3,
+        key: Callable[..., object] | None = None,
+        settle_after: float = 5.0,
+        wait_timeout: float | None = None,
+    ) -> Callable[[Callable[..., Awaitable[R]]], Tool[R]]:
+        """Register an async write as a guarded tool named `name` (the name is part of the
+        fingerprint and of every ledger row, so keep it stable)."""
+        validate_key(name, "name")
+        if name in self._tools:
+            raise ValueError(f"a tool named {name!r} is already registered")
+        if max_executions < 1:
+            raise ValueError("max_executions counts the first execution: it must be at least 1")
+        if timeout is not None and timeout <= 0:
+            raise ValueError("timeout must be positive (or None for no bound)")
+
+        def register(function: Callable[..., Awaitable[R]]) -> Tool[R]:
+            if not inspect.iscoroutinefunction(function):
+                raise TypeError(f"{name}: writesafe guards async functions (async def)")
+            signature = inspect.signature(function)
+            passes_key = KEY_PARAMETER in signature.parameters
+            if passes_key and (
+                signature.parameters[KEY_PARAMETER].kind is inspect.Parameter.POSITIONAL_ONLY
+            ):
+                raise TypeError(f"{name}: idempotency_key must be a keyword parameter")
+            spec = ToolSpec(
+                name=name,
+                function=function,
+                signature=signature.replace(
+                    parameters=[p for p in signature.parameters.values() if p.name != KEY_PARAMETER]
+                ),
+                adapter=adapter or DEFAULT_ADAPTER,
+                codec=ResultCodec(function),
+                timeout=timeout,
+                max_executions=max_executions,
+                wait_timeout=self.settings.wait_timeout if wait_timeout is None else wait_timeout,
+                key_function=key,
+                lookup=lookup,
+                settle_after=settle_after,
+                passes_key=passes_key,
+            )
+            tool: Tool[R] = Tool(self, spec)
+            self._tools[name] = tool
+            return tool
+
+        return register
+
+    @property
+    def tools(self) -> dict[str, Tool[Any]]:
+        return dict(self._tools)
+
+    @staticmethod
+    def current_operation() -> OperationContext | None:
+        """Inside a guarded write: its key, scope, tool and execution number."""
+        return current_operation()
+
+    # -- lifecycle -----------------------------------------------------------------------
+
+    async def start(self) -> None:
+        """Create/upgrade the embedded schema, or check that a migrated one is current."""
+        async with self._ready_lock:
+            if self._ready:
+                return
+            if self._auto_migrate:
+                await self.ledger.migrate()
+            else:
+                await self.ledger.check_schema()
+            self._ready = True
+
+    async def guard(self) -> Guard:
+        """The started guard; a ledger that cannot be reached means no write starts."""
+        if not self._ready:
+            try:
+                await self.start()
+            except LedgerNotMigrated:
+                raise
+            except LEDGER_ERRORS as error:
+                raise WriteSafeError(
+                    self.codes.envelope(
+                        Code.TEMP_UNAVAILABLE,
+                        "the ledger is unavailable; the write was not started",
+                        retry_after_ms=1_000,
+                    )
+                ) from error
+        return self._guard
+
+    async def close(self) -> None:
+        if self.keystore is not None:
+            await self.keystore.close()
+        await self.ledger.close()
+
+    async def __aenter__(self) -> WriteSafe:
+        await self.start()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        await self.close()
+
+    # -- reading -------------------------------------------------------------------------
+
+    async def status(self, key: str, *, scope: str = DEFAULT_SCOPE) -> OperationStatus | None:
+        """What happened to the operation under `key`; None for a key never used."""
+        await self.guard()
+        operation = await self.ledger.get(validate_key(scope, "scope"), validate_key(key))
+        if operation is None:
+            return None
+        return OperationStatus.from_records(operation, await self.ledger.attempts(operation.id))

@@ -1,0 +1,48 @@
+"""What happened: operation and attempt records, the status state machine, SQL persistence.
+
+The ledger is the source of truth of writesafe. It imports neither `idempotency` nor `reconciler`.
+"""
+
+from ledger._clock import Clock, ManualClock, SystemClock
+from ledger._engine import DEFAULT_DATABASE_URL, UnsupportedDatabase, create_engine
+from ledger._json import canonical_json, dumps_json, loads_json
+from ledger._ledger import Claim, Intent, Ledger, Outcome
+from ledger._migrations import LedgerNotMigrated, head_revision
+from ledger._models import Attempt, Base, Operation
+from ledger._records import AttemptKind, AttemptRecord, OperationRecord
+from ledger._states import (
+    FINAL_STATES,
+    TRANSITIONS,
+    IllegalTransition,
+    Status,
+    check_transition,
+)
+
+__all__ = [
+    "DEFAULT_DATABASE_URL",
+    "FINAL_STATES",
+    "TRANSITIONS",
+    "Attempt",
+    "AttemptKind",
+    "AttemptRecord",
+    "Base",
+    "Claim",
+    "Clock",
+    "IllegalTransition",
+    "Intent",
+    "Ledger",
+    "LedgerNotMigrated",
+    "ManualClock",
+    "Operation",
+    "OperationRecord",
+    "Outcome",
+    "Status",
+    "SystemClock",
+    "UnsupportedDatabase",
+    "canonical_json",
+    "check_transition",
+    "create_engine",
+    "dumps_json",
+    "head_revision",
+    "loads_json",
+]

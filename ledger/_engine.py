@@ -1,0 +1,80 @@
+"""Async engines for the two supported ledgers: embedded SQLite (WAL) and PostgreSQL (asyncpg)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy import event
+from sqlalchemy.engine import URL, make_url
+from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
+
+DEFAULT_DATABASE_URL = "sqlite+aiosqlite:///writesafe.db"
+
+# How long a SQLite writer waits for the database lock before giving up (seconds).
+_SQLITE_BUSY_TIMEOUT = 30.0
+
+
+class UnsupportedDatabase(ValueError):
+    """The database URL names a backend the ledger does not support."""
+
+
+def create_engine(
+    url: str | URL,
+    *,
+    schema: str | None = None,
+    connect_timeout: float = 5.0,
+    statement_timeout: float = 10.0,
+) -> AsyncEngine:
+    """Create the ledger's engine; `schema` (PostgreSQL only) isolates the ledger's tables."""
+    parsed = make_url(url)
+    if parsed.get_backend_name() == "sqlite":
+        if schema is not None:
+            raise UnsupportedDatabase("schema= is only supported on PostgreSQL")
+        if parsed.get_driver_name() != "aiosqlite":
+            raise UnsupportedDatabase("use the async SQLite driver: sqlite+aiosqlite:///path.db")
+        return _sqlite_engine(parsed)
+    if parsed.get_backend_name() == "postgresql":
+        if parsed.get_driver_name() != "asyncpg":
+            raise UnsupportedDatabase("use the async PostgreSQL driver: postgresql+asyncpg://…")
+        return _postgres_engine(parsed, schema, connect_timeout, statement_timeout)
+    raise UnsupportedDatabase(f"unsupported ledger backend {parsed.get_backend_name()!r}")
+
+
+def _postgres_engine(
+    url: URL, schema: str | None, connect_timeout: float, statement_timeout: float
+) -> AsyncEngine:
+    connect_args: dict[str, Any] = {
+        "timeout": connect_timeout,
+        "command_timeout": statement_timeout,
+    }
+    if schema is not None:
+        connect_args["server_settings"] = {"search_path": schema}
+    return create_async_engine(url, connect_args=connect_args, pool_size=10, max_overflow=20)
+
+
+def _sqlite_engine(url: URL) -> AsyncEngine:
+    engine = create_async_engine(url, connect_args={"timeout": _SQLITE_BUSY_TIMEOUT})
+
+    @event.listens_for(engine.sync_engine, "connect")
+    def _configure(dbapi_connection: Any, _record: Any) -> None:
+        # Take transaction control from the driver so every transaction can BEGIN IMMEDIATE.
+        dbapi_connection.isolation_level = None
+        cursor = dbapi_connection.cursor()
+        cursor.execute("PRAGMA journal_mode=WAL")
+        # FULL: a committed intent survives power loss, which is the whole point of recording it.
+        cursor.execute("PRAGMA synchronous=FULL")
+        cursor.execute("PRAGMA foreign_keys=ON")
+        cursor.execute(f"PRAGMA busy_timeout={int(_SQLITE_BUSY_TIMEOUT * 1000)}")
+        cursor.close()
+
+    @event.listens_for(engine.sync_engine, "begin")
+    def _begin(conn: Any) -> None:
+        # A deferred transaction that reads then writes fails with SQLITE_BUSY instead of waiting;
+        # taking the write lock up front makes claims queue behind each other.
+        conn.exec_driver_sql("BEGIN IMMEDIATE")
+
+    return engine
+
+
+def is_sqlite(engine: AsyncEngine) -> bool:
+    return engine.dialect.name == "sqlite"

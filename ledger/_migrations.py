@@ -1,0 +1,61 @@
+"""Alembic, driven from code: `writesafe db upgrade`, or the embedded default on start."""
+
+from __future__ import annotations
+
+from alembic import command
+from alembic.config import Config
+from alembic.runtime.migration import MigrationContext
+from alembic.script import ScriptDirectory
+from sqlalchemy import Connection
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+# Our own version table, so writesafe's migrations never collide with the application's Alembic.
+VERSION_TABLE = "writesafe_alembic_version"
+
+
+class LedgerNotMigrated(RuntimeError):
+    """The database schema is behind this version of writesafe."""
+
+
+def _config() -> Config:
+    config = Config()
+    config.set_main_option("script_location", "ledger:migrations")
+    return config
+
+
+def head_revision() -> str:
+    head = ScriptDirectory.from_config(_config()).get_current_head()
+    assert head is not None, "the ledger ships at least one migration"
+    return head
+
+
+async def upgrade(engine: AsyncEngine, revision: str = "head") -> None:
+    """Apply migrations up to `revision` in one transaction (SQLite: under its write lock)."""
+    async with engine.begin() as connection:
+        await connection.run_sync(_upgrade, revision)
+
+
+async def current_revision(engine: AsyncEngine) -> str | None:
+    async with engine.connect() as connection:
+        return await connection.run_sync(_current)
+
+
+async def ensure_current(engine: AsyncEngine) -> None:
+    """Raise `LedgerNotMigrated` with the command that fixes it unless the schema is at head."""
+    current, head = await current_revision(engine), head_revision()
+    if current != head:
+        raise LedgerNotMigrated(
+            f"the ledger schema is at {current or 'nothing'}, this writesafe needs {head}: "
+            "run `writesafe db upgrade` (or pass auto_migrate=True)"
+        )
+
+
+def _upgrade(connection: Connection, revision: str) -> None:
+    config = _config()
+    config.attributes["connection"] = connection
+    command.upgrade(config, revision)
+
+
+def _current(connection: Connection) -> str | None:
+    context = MigrationContext.configure(connection, opts={"version_table": VERSION_TABLE})
+    return context.get_current_revision()

@@ -1,0 +1,111 @@
+"""The ledger's tables, declared as SQLAlchemy 2 mapped classes.
+
+JSON payloads (arguments, results, envelopes, evidence) are stored as text written by our own
+serializer, so a stored `null`, `0` or `""` can never be confused with a missing value.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+from sqlalchemy import (
+    BigInteger,
+    DateTime,
+    Dialect,
+    ForeignKey,
+    Index,
+    Integer,
+    String,
+    Text,
+    UniqueConstraint,
+)
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+from sqlalchemy.types import TypeDecorator
+
+# SQLite only auto-increments an INTEGER PRIMARY KEY; PostgreSQL gets a 64-bit identity.
+_ID = BigInteger().with_variant(Integer(), "sqlite")
+
+
+class UTCDateTime(TypeDecorator[datetime]):
+    """A timezone-aware UTC datetime on every backend (SQLite would hand back naive values)."""
+
+    impl = DateTime(timezone=True)
+    cache_ok = True
+
+    def process_bind_param(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        if value is None:
+            return None
+        if value.tzinfo is None:
+            raise ValueError("ledger timestamps must be timezone-aware")
+        value = value.astimezone(UTC)
+        return value.replace(tzinfo=None) if dialect.name == "sqlite" else value
+
+    def process_result_value(self, value: Any, dialect: Dialect) -> datetime | None:
+        if value is None:
+            return None
+        assert isinstance(value, datetime)
+        return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+
+
+class Base(DeclarativeBase):
+    """Declarative base of the ledger schema (the metadata Alembic migrations describe)."""
+
+
+class Operation(Base):
+    """One idempotent operation: the authoritative claim on `(scope, key)` and its current state."""
+
+    __tablename__ = "writesafe_operations"
+    __table_args__ = (
+        UniqueConstraint("scope", "key", name="uq_writesafe_operations_scope_key"),
+        Index("ix_writesafe_operations_status_updated", "status", "updated_at"),
+        Index("ix_writesafe_operations_tool_status", "tool", "status", "updated_at"),
+        Index("ix_writesafe_operations_status_lease", "status", "lease_expires_at"),
+        Index("ix_writesafe_operations_status_next_check", "status", "next_check_at"),
+    )
+
+    id: Mapped[int] = mapped_column(_ID, primary_key=True, autoincrement=True)
+    scope: Mapped[str] = mapped_column(String(255))
+    key: Mapped[str] = mapped_column(String(255))
+    tool: Mapped[str] = mapped_column(String(255))
+    fingerprint: Mapped[str] = mapped_column(String(64))
+    status: Mapped[str] = mapped_column(String(32))
+    version: Mapped[int] = mapped_column(Integer)
+    lease_owner: Mapped[str | None] = mapped_column(String(64))
+    lease_expires_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
+    executions: Mapped[int] = mapped_column(Integer)
+    max_executions: Mapped[int] = mapped_column(Integer)
+    arguments: Mapped[str] = mapped_column(Text)
+    auth_hash: Mapped[str | None] = mapped_column(String(64))
+    result: Mapped[str | None] = mapped_column(Text)
+    error: Mapped[str | None] = mapped_column(Text)
+    last_code: Mapped[str | None] = mapped_column(String(64))
+    last_sent_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
+    checks: Mapped[int] = mapped_column(Integer, default=0)
+    next_check_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime())
+    updated_at: Mapped[datetime] = mapped_column(UTCDateTime())
+
+
+class Attempt(Base):
+    """One audited event of an operation: an execution, a lookup or an operator's act."""
+
+    __tablename__ = "writesafe_attempts"
+    __table_args__ = (Index("ix_writesafe_attempts_operation", "operation_id", "id"),)
+
+    id: Mapped[int] = mapped_column(_ID, primary_key=True, autoincrement=True)
+    operation_id: Mapped[int] = mapped_column(
+        _ID, ForeignKey("writesafe_operations.id", ondelete="CASCADE")
+    )
+    kind: Mapped[str] = mapped_column(String(16))
+    execution: Mapped[int | None] = mapped_column(Integer)
+    owner: Mapped[str | None] = mapped_column(String(64))
+    fingerprint: Mapped[str | None] = mapped_column(String(64))
+    outcome: Mapped[str | None] = mapped_column(String(32))
+    code: Mapped[str | None] = mapped_column(String(64))
+    envelope: Mapped[str | None] = mapped_column(Text)
+    evidence: Mapped[str | None] = mapped_column(Text)
+    actor: Mapped[str | None] = mapped_column(String(255))
+    reason: Mapped[str | None] = mapped_column(Text)
+    started_at: Mapped[datetime] = mapped_column(UTCDateTime())
+    finished_at: Mapped[datetime | None] = mapped_column(UTCDateTime())

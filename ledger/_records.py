@@ -1,0 +1,84 @@
+"""Immutable snapshots of ledger rows: what callers get back instead of live ORM objects."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+from datetime import datetime
+from enum import StrEnum
+from typing import Self
+
+from sqlalchemy import RowMapping
+
+from ledger._states import Status
+
+
+class AttemptKind(StrEnum):
+    """What an attempt row records."""
+
+    EXECUTION = "execution"
+    LOOKUP = "lookup"
+    OPERATOR = "operator"
+
+
+@dataclass(frozen=True, slots=True)
+class _Record:
+    @classmethod
+    def from_row(cls, row: RowMapping) -> Self:
+        return cls(**{f.name: row[f.name] for f in fields(cls)})
+
+
+@dataclass(frozen=True, slots=True)
+class OperationRecord(_Record):
+    """An operation as last read from the ledger; `version` is what a compare-and-set must match."""
+
+    id: int
+    scope: str
+    key: str
+    tool: str
+    fingerprint: str
+    status: Status
+    version: int
+    lease_owner: str | None
+    lease_expires_at: datetime | None
+    executions: int
+    max_executions: int
+    arguments: str
+    auth_hash: str | None
+    result: str | None
+    error: str | None
+    last_code: str | None
+    last_sent_at: datetime | None
+    checks: int
+    next_check_at: datetime | None
+    created_at: datetime
+    updated_at: datetime
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "status", Status(self.status))
+
+    def lease_expired(self, now: datetime) -> bool:
+        """True when an `in_flight` lease can no longer be trusted to finish by itself."""
+        return self.lease_expires_at is None or self.lease_expires_at <= now
+
+
+@dataclass(frozen=True, slots=True)
+class AttemptRecord(_Record):
+    """One audited attempt of an operation."""
+
+    id: int
+    operation_id: int
+    kind: AttemptKind
+    execution: int | None
+    owner: str | None
+    fingerprint: str | None
+    outcome: str | None
+    code: str | None
+    envelope: str | None
+    evidence: str | None
+    actor: str | None
+    reason: str | None
+    started_at: datetime
+    finished_at: datetime | None
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "kind", AttemptKind(self.kind))

@@ -1,0 +1,101 @@
+"""Read models of the ledger for callers, the CLI and the HTTP service."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict
+
+from ledger import AttemptKind, AttemptRecord, OperationRecord, Status, loads_json
+from reconciler._contract import ErrorEnvelope, OperationInfo
+
+
+class AttemptView(BaseModel):
+    """One audited attempt: an execution, a lookup or an operator resolution."""
+
+    model_config = ConfigDict(frozen=True)
+
+    kind: AttemptKind
+    execution: int | None
+    outcome: str | None
+    code: str | None
+    error: ErrorEnvelope | None
+    evidence: dict[str, Any] | None
+    actor: str | None
+    reason: str | None
+    started_at: datetime
+    finished_at: datetime | None
+
+    @classmethod
+    def from_record(cls, record: AttemptRecord) -> AttemptView:
+        return cls(
+            kind=record.kind,
+            execution=record.execution,
+            outcome=record.outcome,
+            code=record.code,
+            error=_envelope(record.envelope),
+            evidence=None if record.evidence is None else loads_json(record.evidence),
+            actor=record.actor,
+            reason=record.reason,
+            started_at=record.started_at,
+            finished_at=record.finished_at,
+        )
+
+
+class OperationStatus(BaseModel):
+    """What happened to an operation, by key. `result` is meaningful when `status` is succeeded."""
+
+    model_config = ConfigDict(frozen=True)
+
+    key: str
+    scope: str
+    tool: str
+    status: Status
+    executions: int
+    max_executions: int
+    attempts_left: int
+    result: Any = None
+    error: ErrorEnvelope | None = None
+    lease_expires_at: datetime | None = None
+    created_at: datetime
+    updated_at: datetime
+    attempts: list[AttemptView] = []
+
+    @classmethod
+    def from_records(
+        cls, operation: OperationRecord, attempts: list[AttemptRecord]
+    ) -> OperationStatus:
+        return cls(
+            key=operation.key,
+            scope=operation.scope,
+            tool=operation.tool,
+            status=operation.status,
+            executions=operation.executions,
+            max_executions=operation.max_executions,
+            attempts_left=attempts_left(operation),
+            result=None if operation.result is None else loads_json(operation.result),
+            error=_envelope(operation.error),
+            lease_expires_at=operation.lease_expires_at,
+            created_at=operation.created_at,
+            updated_at=operation.updated_at,
+            attempts=[AttemptView.from_record(a) for a in attempts],
+        )
+
+
+def attempts_left(operation: OperationRecord) -> int:
+    return max(operation.max_executions - operation.executions, 0)
+
+
+def operation_info(operation: OperationRecord) -> OperationInfo:
+    """The envelope's `operation` block for a ledger row."""
+    return OperationInfo(
+        key=operation.key,
+        status=operation.status.value,
+        attempt=operation.executions,
+        attempts_left=attempts_left(operation),
+    )
+
+
+def _envelope(text: str | None) -> ErrorEnvelope | None:
+    return None if text is None else ErrorEnvelope.model_validate_json(text)
