@@ -1,0 +1,29 @@
+"""The `writesafe` command line.
+
+This package is an entry point: it may import `idempotency` (to load the user's `WriteSafe`),
+which the rest of `reconciler` must not. Exit codes: see `reconciler.cli._exit.ExitCode`.
+"""
+
+from __future__ import annotations
+
+import typer
+
+from reconciler.cli._db import db_app
+from reconciler.cli._status import status
+
+app = typer.Typer(
+    name="writesafe",
+    help=(
+        "Make side-effecting tools safe to call from software that retries.\n\n"
+        "Exit codes: 0 ok, 1 failed, 2 usage or app path, 3 store unreachable, 4 key not found."
+    ),
+    no_args_is_help=True,
+    pretty_exceptions_show_locals=False,
+)
+app.command("status")(status)
+app.add_typer(db_app, name="db")
+
+
+def main() -> None:
+    """Console-script entry point."""
+    app()

@@ -1,0 +1,50 @@
+"""Loading the user's `WriteSafe` from a `module:attribute` path, the way uvicorn loads apps."""
+
+from __future__ import annotations
+
+import importlib
+import os
+import sys
+
+import typer
+from rich.console import Console
+
+from idempotency import WriteSafe
+from reconciler.cli._exit import ExitCode
+
+err = Console(stderr=True)
+
+
+def fail(message: str, code: ExitCode) -> typer.Exit:
+    """Print `message` to stderr and return the exit to raise."""
+    err.print(f"[red]error:[/red] {message}", highlight=False)
+    return typer.Exit(int(code))
+
+
+def load_app(path: str) -> WriteSafe:
+    """Import `module:attribute` (the working directory is importable); it must be a WriteSafe."""
+    module_name, _, attribute = path.partition(":")
+    if not module_name or not attribute:
+        raise fail(f"expected module:attribute (e.g. myapp.tools:ws), got {path!r}", ExitCode.USAGE)
+    if os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as error:
+        raise fail(f"cannot import {module_name!r}: {error}", ExitCode.USAGE) from error
+    value = module
+    for part in attribute.split("."):
+        if not hasattr(value, part):
+            raise fail(f"{module_name!r} has no attribute {attribute!r}", ExitCode.USAGE)
+        value = getattr(value, part)
+    if not isinstance(value, WriteSafe):
+        kind = type(value).__name__
+        raise fail(f"{path} is a {kind}, not a writesafe.WriteSafe", ExitCode.USAGE)
+    return value
+
+
+def app_or_settings(app: str | None, database_url: str | None, schema: str | None) -> WriteSafe:
+    """The named application, or a bare `WriteSafe` from the options and WRITESAFE_* variables."""
+    if app is not None:
+        return load_app(app)
+    return WriteSafe(database_url, schema=schema, auto_migrate=False)

@@ -1,0 +1,120 @@
+"""Shared fixtures: real PostgreSQL and Redis, isolated per test, left clean afterwards.
+
+Every PostgreSQL test gets its own schema (`ws_test_<run>_<n>`, dropped afterwards) and every Redis
+test its own key prefix (deleted afterwards). SQLite tests use a file under pytest's tmp_path.
+Override the servers with WRITESAFE_TEST_DATABASE_URL / WRITESAFE_TEST_REDIS_URL.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import os
+import uuid
+from collections.abc import AsyncIterator, Callable, Coroutine, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any, TypeVar
+
+import asyncpg
+import pytest
+from redis.asyncio import Redis
+
+from idempotency import WriteSafe
+
+PG_URL = os.environ.get(
+    "WRITESAFE_TEST_DATABASE_URL", "postgresql+asyncpg://postgres@127.0.0.1:5432/test"
+)
+REDIS_URL = os.environ.get("WRITESAFE_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
+RUN_ID = uuid.uuid4().hex[:8]
+_numbers = itertools.count()
+T = TypeVar("T")
+
+BACKENDS = ["sqlite", "postgres", "postgres+redis"]
+
+
+def asyncpg_dsn(url: str = PG_URL) -> str:
+    return url.replace("postgresql+asyncpg://", "postgresql://")
+
+
+def run_sync(coroutine: Coroutine[Any, Any, T]) -> T:
+    """Run `coroutine` on a private event loop in a worker thread (for sync fixtures)."""
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        return pool.submit(asyncio.run, coroutine).result()
+
+
+async def _pg_execute(statement: str) -> None:
+    connection = await asyncpg.connect(asyncpg_dsn())
+    try:
+        await connection.execute(statement)
+    finally:
+        await connection.close()
+
+
+async def _redis_delete(prefix: str) -> None:
+    client = Redis.from_url(REDIS_URL)
+    try:
+        keys = [key async for key in client.scan_iter(match=f"{prefix}:*")]
+        if keys:
+            await client.delete(*keys)
+    finally:
+        await client.aclose()
+
+
+@pytest.fixture
+def pg_schema() -> Iterator[str]:
+    """A fresh, empty PostgreSQL schema for this test, dropped afterwards."""
+    name = f"ws_test_{RUN_ID}_{next(_numbers)}"
+    run_sync(_pg_execute(f'CREATE SCHEMA "{name}"'))
+    try:
+        yield name
+    finally:
+        run_sync(_pg_execute(f'DROP SCHEMA "{name}" CASCADE'))
+
+
+@pytest.fixture
+def redis_prefix() -> Iterator[str]:
+    """A Redis key prefix for this test; its keys are deleted afterwards."""
+    prefix = f"wstest:{RUN_ID}:{next(_numbers)}"
+    try:
+        yield prefix
+    finally:
+        run_sync(_redis_delete(prefix))
+
+
+MakeWriteSafe = Callable[..., WriteSafe]
+
+
+@pytest.fixture(params=BACKENDS)
+def backend(request: pytest.FixtureRequest) -> str:
+    return str(request.param)
+
+
+@pytest.fixture
+async def make_ws(
+    backend: str, tmp_path: Path, request: pytest.FixtureRequest
+) -> AsyncIterator[MakeWriteSafe]:
+    """A factory of `WriteSafe` instances that share one isolated ledger (and Redis prefix).
+
+    Several instances stand in for several workers: each has its own pools and no shared
+    in-process state, so they meet only in the stores.
+    """
+    options: dict[str, Any]
+    if backend == "sqlite":
+        options = {"database_url": f"sqlite+aiosqlite:///{tmp_path / 'ledger.db'}"}
+    else:
+        schema = request.getfixturevalue("pg_schema")
+        options = {"database_url": PG_URL, "schema": schema, "auto_migrate": True}
+        if backend == "postgres+redis":
+            options["redis_url"] = REDIS_URL
+            options["redis_prefix"] = request.getfixturevalue("redis_prefix")
+    made: list[WriteSafe] = []
+
+    def make(**overrides: Any) -> WriteSafe:
+        ws = WriteSafe(**{**options, **overrides})
+        made.append(ws)
+        return ws
+
+    yield make
+    for ws in made:
+        await ws.close()
