@@ -37,7 +37,16 @@ from idempotency._metrics import (
     RETRIES_THROTTLED,
 )
 from idempotency._spec import GuardedCall
-from ledger import Claim, Intent, Ledger, OperationRecord, Outcome, Status, dumps_json
+from ledger import (
+    Claim,
+    Intent,
+    Ledger,
+    OperationRecord,
+    Outcome,
+    Status,
+    dumps_json,
+    loads_json,
+)
 from reconciler import (
     Classification,
     Code,
@@ -45,6 +54,7 @@ from reconciler import (
     Continuation,
     ErrorEnvelope,
     FailedOperation,
+    OperationInfo,
     RetrySignal,
     SideEffects,
     decide_continuation,
@@ -74,7 +84,7 @@ class GuardSettings:
 class _Answer:
     value: Any
     kind: str  # "executed" or "replayed", for metrics
-    cache: str | None  # the result JSON the key store may cache
+    succeeded: OperationRecord | None  # the ledger row the key store may cache
 
 
 class _Retryable(RetrySignal):
@@ -105,9 +115,9 @@ class Guard:
         self.keystore = keystore
         self.codes = codes
         self.settings = settings
-        # In-process single flight: same-key calls in this process wait on the first one's
-        # future instead of polling the stores.
-        self._local: dict[tuple[str, str], asyncio.Future[None]] = {}
+        # In-process single flight: same-key, same-payload calls in this process wait on the
+        # first one's future instead of polling the stores.
+        self._local: dict[tuple[str, str], tuple[str, asyncio.Future[None]]] = {}
 
     async def call(self, call: GuardedCall) -> Any:
         started = time.perf_counter()
@@ -127,19 +137,23 @@ class Guard:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + call.tool.wait_timeout
         slot = (call.scope, call.key)
-        leader = self._local.get(slot)
-        if leader is not None:
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(asyncio.shield(leader), deadline - loop.time())
-            if not leader.done():
-                raise self._in_progress(call, None)
+        local = self._local.get(slot)
+        if local is not None:
+            fingerprint, leader = local
+            if fingerprint == call.fingerprint:
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(asyncio.shield(leader), deadline - loop.time())
+                if not leader.done():
+                    raise self._in_progress(call, None)
+            # A different payload does not wait: the stores answer it (KEY_REUSED, or a
+            # continuation once the first call has failed).
             return await self._lead(call, deadline)
         done: asyncio.Future[None] = loop.create_future()
-        self._local[slot] = done
+        self._local[slot] = (call.fingerprint, done)
         try:
             return await self._lead(call, deadline)
         finally:
-            if self._local.get(slot) is done:
+            if self._local.get(slot, (None, None))[1] is done:
                 del self._local[slot]
             done.set_result(None)
 
@@ -159,16 +173,19 @@ class Guard:
 
     async def _attempt(self, call: GuardedCall) -> _Answer | _Busy:
         owner = uuid.uuid4().hex
+        # The Redis lease token names the payload too, so a busy lease tells a duplicate from a
+        # different payload that the ledger must judge (KEY_REUSED or a continuation).
+        token = f"{owner}/{call.fingerprint}"
         holds_store_lease = False
         answer: _Answer | _Busy | None = None
         if self.keystore is not None:
             store = await self.keystore.claim(
-                call.scope, call.key, owner, self.settings.lease_seconds
+                call.scope, call.key, token, self.settings.lease_seconds
             )
             if store.state is LeaseState.CACHED:
-                assert store.cached is not None
-                return self._replay_cached(call, store.cached)
-            if store.state is LeaseState.BUSY:
+                assert store.value is not None
+                return self._replay_cached(call, store.value)
+            if store.state is LeaseState.BUSY and _same_payload(store.value, call.fingerprint):
                 return _Busy(_MIN_RETRY_AFTER_MS)
             holds_store_lease = store.state is LeaseState.ACQUIRED
         try:
@@ -179,9 +196,9 @@ class Guard:
             if holds_store_lease:
                 assert self.keystore is not None
                 cache = None
-                if isinstance(answer, _Answer) and answer.cache is not None:
-                    cache = f"{call.fingerprint}\n{answer.cache}"
-                await self.keystore.finish(call.scope, call.key, owner, cache)
+                if isinstance(answer, _Answer) and answer.succeeded is not None:
+                    cache = _cache_entry(answer.succeeded)
+                await self.keystore.finish(call.scope, call.key, token, cache)
 
     async def _claim(self, call: GuardedCall, owner: str) -> Claim:
         intent = self._intent(call, owner)
@@ -228,13 +245,13 @@ class Guard:
         same_payload = operation.fingerprint == call.fingerprint
         if operation.status is Status.SUCCEEDED:
             if not same_payload:
-                raise self._key_reused(call, operation)
+                raise self._key_reused(call, operation.tool, operation_info(operation))
             assert operation.result is not None
-            return _Answer(call.tool.codec.decode(operation.result), "replayed", operation.result)
+            return _Answer(call.tool.codec.decode(operation.result), "replayed", operation)
         if operation.status is Status.FAILED:
             return await self._continue_failed(call, operation, owner)
         if not same_payload:
-            raise self._key_reused(call, operation)
+            raise self._key_reused(call, operation.tool, operation_info(operation))
         if operation.status is Status.IN_FLIGHT:
             now = self.ledger.clock.now()
             if not operation.lease_expired(now):
@@ -267,7 +284,7 @@ class Guard:
             codes=self.codes,
         )
         if decision is Continuation.KEY_REUSED:
-            raise self._key_reused(call, operation)
+            raise self._key_reused(call, operation.tool, operation_info(operation))
         if decision is Continuation.STORED_FAILURE:
             envelope = stored or self.codes.envelope(Code.UNKNOWN_ERROR, "failed")
             raise WriteSafeError(envelope.with_operation(operation_info(operation)))
@@ -327,7 +344,7 @@ class Guard:
             )
             if recorded is None:
                 raise self._unrecorded(call, operation)
-            return _Answer(value, "executed", encoded)
+            return _Answer(value, "executed", recorded)
         finally:
             reset_current(token)
 
@@ -473,24 +490,24 @@ class Guard:
             return Classification(envelope, exception_evidence(broken))
 
     def _replay_cached(self, call: GuardedCall, cached: str) -> _Answer:
-        fingerprint, _, result = cached.partition("\n")
-        if fingerprint != call.fingerprint:
-            raise WriteSafeError(
-                self.codes.envelope(
-                    Code.KEY_REUSED,
-                    "this key was already used with a different payload",
-                    field="idempotency_key",
-                )
+        entry = loads_json(cached)
+        if entry["fingerprint"] != call.fingerprint:
+            info = OperationInfo(
+                key=call.key,
+                status=Status.SUCCEEDED.value,
+                attempt=entry["executions"],
+                attempts_left=max(entry["max_executions"] - entry["executions"], 0),
             )
-        return _Answer(call.tool.codec.decode(result), "replayed", None)
+            raise self._key_reused(call, entry["tool"], info)
+        return _Answer(call.tool.codec.decode(entry["result"]), "replayed", None)
 
-    def _key_reused(self, call: GuardedCall, operation: OperationRecord) -> WriteSafeError:
+    def _key_reused(self, call: GuardedCall, tool: str, info: OperationInfo) -> WriteSafeError:
         return WriteSafeError(
             self.codes.envelope(
                 Code.KEY_REUSED,
-                f"key {call.key!r} was already used for a different payload of {operation.tool}",
+                f"key {call.key!r} was already used for a different payload of {tool}",
                 field="idempotency_key",
-                operation=operation_info(operation),
+                operation=info,
             )
         )
 
@@ -504,14 +521,13 @@ class Guard:
         )
 
     def _unknown_outcome(self, call: GuardedCall, operation: OperationRecord) -> WriteSafeError:
-        return WriteSafeError(
-            self.codes.envelope(
-                Code.OUTCOME_UNKNOWN,
-                "an earlier execution may have been applied; the key runs again only after "
-                "reconciliation",
-                operation=operation_info(operation),
-            )
+        """The stored answer of an undecided operation (an expired lease has none yet)."""
+        envelope = _stored_envelope(operation) or self.codes.envelope(
+            Code.OUTCOME_UNKNOWN,
+            "an earlier execution may have been applied; the key runs again only after "
+            "reconciliation",
         )
+        return WriteSafeError(envelope.with_operation(operation_info(operation)))
 
     def _unrecorded(self, call: GuardedCall, operation: OperationRecord) -> WriteSafeError:
         return WriteSafeError(
@@ -525,6 +541,23 @@ class Guard:
 
 def _stored_envelope(operation: OperationRecord) -> ErrorEnvelope | None:
     return None if operation.error is None else ErrorEnvelope.model_validate_json(operation.error)
+
+
+def _same_payload(lease_token: str | None, fingerprint: str) -> bool:
+    return lease_token is None or lease_token.endswith(f"/{fingerprint}")
+
+
+def _cache_entry(operation: OperationRecord) -> str:
+    """What Redis keeps of a succeeded operation: enough to replay it or refuse a reuse."""
+    return dumps_json(
+        {
+            "fingerprint": operation.fingerprint,
+            "tool": operation.tool,
+            "result": operation.result,
+            "executions": operation.executions,
+            "max_executions": operation.max_executions,
+        }
+    )
 
 
 def _failure_outcome(classification: Classification) -> Outcome:

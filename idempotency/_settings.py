@@ -21,3 +21,4 @@ class WriteSafeSettings(BaseSettings):
     wait_timeout: float = Field(default=5.0, ge=0)
     outcome_ttl: float = Field(default=86_400.0, gt=0)
     connect_timeout: float = Field(default=5.0, gt=0)
+    pool_size: int = Field(default=10, ge=1, description="PostgreSQL pool (and overflow) size")

@@ -74,6 +74,7 @@ class WriteSafe:
             schema=self.settings.db_schema,
             clock=clock,
             connect_timeout=self.settings.connect_timeout,
+            pool_size=self.settings.pool_size,
         )
         self.keystore = (
             RedisKeyStore(

@@ -90,8 +90,12 @@ class Ledger:
         schema: str | None = None,
         clock: Clock | None = None,
         connect_timeout: float = 5.0,
+        pool_size: int = 10,
     ) -> Ledger:
-        return cls(create_engine(url, schema=schema, connect_timeout=connect_timeout), clock)
+        engine = create_engine(
+            url, schema=schema, connect_timeout=connect_timeout, pool_size=pool_size
+        )
+        return cls(engine, clock)
 
     @property
     def is_sqlite(self) -> bool:
