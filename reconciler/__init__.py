@@ -30,6 +30,7 @@ from reconciler._problem import (
     from_problem,
     to_problem,
 )
+from reconciler._retry import DEFAULT_RETRY_POLICY, RetryBudget, RetryPolicy, RetrySignal, wait_max
 from reconciler._tool_error import ToolError
 from reconciler._views import AttemptView, OperationStatus, attempts_left, operation_info
 from reconciler._webmcp import WEBMCP_CODES, WebMcpCode, from_webmcp, to_webmcp
@@ -39,6 +40,7 @@ __all__ = [
     "BUILTIN_VERDICTS",
     "CODES",
     "DEFAULT_ADAPTER",
+    "DEFAULT_RETRY_POLICY",
     "HTTP_STATUS",
     "MESSAGE_LIMIT",
     "PROBLEM_MEDIA_TYPE",
@@ -61,6 +63,9 @@ __all__ = [
     "OperationInfo",
     "OperationStatus",
     "Problem",
+    "RetryBudget",
+    "RetryPolicy",
+    "RetrySignal",
     "SideEffects",
     "ToolError",
     "Unknown",
@@ -79,4 +84,5 @@ __all__ = [
     "to_call_tool_result",
     "to_problem",
     "to_webmcp",
+    "wait_max",
 ]
