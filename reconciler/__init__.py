@@ -22,17 +22,30 @@ from reconciler._contract import (
     Verdict,
 )
 from reconciler._lookup import Found, LookupResult, NotFound, Unknown
+from reconciler._mcp import from_call_tool_result, to_call_tool_result
+from reconciler._problem import (
+    HTTP_STATUS,
+    PROBLEM_MEDIA_TYPE,
+    Problem,
+    from_problem,
+    to_problem,
+)
 from reconciler._retry import DEFAULT_RETRY_POLICY, RetryBudget, RetryPolicy, RetrySignal, wait_max
 from reconciler._tool_error import ToolError
 from reconciler._views import AttemptView, OperationStatus, attempts_left, operation_info
+from reconciler._webmcp import WEBMCP_CODES, WebMcpCode, from_webmcp, to_webmcp
+from reconciler._wire import read_envelope
 
 __all__ = [
     "BUILTIN_VERDICTS",
     "CODES",
     "DEFAULT_ADAPTER",
     "DEFAULT_RETRY_POLICY",
+    "HTTP_STATUS",
     "MESSAGE_LIMIT",
+    "PROBLEM_MEDIA_TYPE",
     "SCHEMA",
+    "WEBMCP_CODES",
     "Adapter",
     "AttemptView",
     "Classification",
@@ -49,6 +62,7 @@ __all__ = [
     "NotFound",
     "OperationInfo",
     "OperationStatus",
+    "Problem",
     "RetryBudget",
     "RetryPolicy",
     "RetrySignal",
@@ -57,10 +71,18 @@ __all__ = [
     "Unknown",
     "UnknownCode",
     "Verdict",
+    "WebMcpCode",
     "attempts_left",
     "classify_exception",
     "decide_continuation",
     "exception_evidence",
+    "from_call_tool_result",
+    "from_problem",
+    "from_webmcp",
     "operation_info",
+    "read_envelope",
+    "to_call_tool_result",
+    "to_problem",
+    "to_webmcp",
     "wait_max",
 ]
