@@ -26,12 +26,14 @@ from reconciler import ErrorEnvelope, Found, NotFound, OperationStatus, ToolErro
 
 if TYPE_CHECKING:
     from idempotency._fastapi import REPLAYED_HEADER, idempotent_route
+    from idempotency._http_errors import add_problem_handlers
     from idempotency._mcp import add_mcp_tool
 
 # The integrations import FastAPI and the MCP SDK (most of a second together): only on first use.
 _INTEGRATIONS = {
     "REPLAYED_HEADER": "idempotency._fastapi",
     "idempotent_route": "idempotency._fastapi",
+    "add_problem_handlers": "idempotency._http_errors",
     "add_mcp_tool": "idempotency._mcp",
 }
 
@@ -53,6 +55,7 @@ __all__ = [
     "WriteSafeError",
     "WriteSafeSettings",
     "add_mcp_tool",
+    "add_problem_handlers",
     "current_operation",
     "idempotent_route",
 ]

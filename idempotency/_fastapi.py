@@ -110,8 +110,11 @@ def idempotent_route(
             route = request.scope["route"]
             try:
                 key = parse_idempotency_key(request.headers.getlist(HEADER), required=required)
-                if key is None:
-                    return await endpoint(**values)
+            except WriteSafeError as error:
+                return problem_response(error.envelope, status=400)  # as the draft has it
+            if key is None:
+                return await endpoint(**values)
+            try:
                 payload = await _request_payload(request)
                 token = _pending.set(functools.partial(_respond, endpoint, values, route, response))
                 try:
@@ -122,8 +125,9 @@ def idempotent_route(
                 return problem_response(error.envelope)
             return _render(invocation.value, route, replayed=invocation.replayed)
 
-        functools.update_wrapper(guarded, endpoint, updated=())
-        del guarded.__wrapped__  # FastAPI must read the signature below, not the endpoint's
+        # Like functools.wraps minus __wrapped__: FastAPI must read the signature below.
+        for attribute in ("__module__", "__name__", "__qualname__", "__doc__"):
+            setattr(guarded, attribute, getattr(endpoint, attribute))
         guarded.__signature__ = _signature(endpoint, scope)  # type: ignore[attr-defined]
         return guarded
 
@@ -149,7 +153,9 @@ def _signature(endpoint: Endpoint, scope: Callable[..., Any] | None) -> inspect.
         inspect.Parameter(_KEY, keyword, annotation=header, default=None),
     ]
     if scope is not None:
-        parameters.append(inspect.Parameter(_SCOPE, keyword, annotation=Annotated[str, Depends(scope)]))
+        parameters.append(
+            inspect.Parameter(_SCOPE, keyword, annotation=Annotated[str, Depends(scope)])
+        )
     return signature.replace(parameters=parameters)
 
 

@@ -7,11 +7,12 @@ to fix, reported before the ledger is touched.
 
 from __future__ import annotations
 
+from idempotency._arguments import KEY_PARAMETER
 from idempotency._errors import invalid_input
 from idempotency._keys import validate_key
 
 HEADER = "Idempotency-Key"
-FIELD = "Idempotency-Key"
+FIELD = KEY_PARAMETER  # the envelope names the key alike wherever it came from
 
 _VISIBLE = frozenset(chr(c) for c in range(0x21, 0x7F))
 _STRING_CHARS = _VISIBLE | {" "}

@@ -2,12 +2,25 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from http import HTTPStatus
+from typing import Any
 
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException
 
-from reconciler import Adapter, Classification, Code, CodeRegistry, ErrorEnvelope, exception_evidence
+from idempotency._errors import WriteSafeError, invalid_input
+from reconciler import (
+    Adapter,
+    Classification,
+    Code,
+    CodeRegistry,
+    ErrorEnvelope,
+    exception_evidence,
+    to_problem,
+)
 
 # An endpoint that raises HTTPException with one of these statuses refused the request before
 # writing anything: that is what a 4xx (or a 503) says in HTTP.
@@ -35,7 +48,9 @@ class HTTPExceptionAdapter:
         if not isinstance(error, HTTPException) or not _is_refusal(error.status_code):
             return self.inner.classify(error, codes)
         code = _REFUSALS.get(error.status_code, Code.INPUT_INVALID)
-        detail = error.detail if isinstance(error.detail, str) else HTTPStatus(error.status_code).phrase
+        detail = (
+            error.detail if isinstance(error.detail, str) else HTTPStatus(error.status_code).phrase
+        )
         envelope = codes.envelope(code, detail, retry_after_ms=_retry_after_ms(error))
         return Classification(envelope, {**exception_evidence(error), "status": error.status_code})
 
@@ -49,27 +64,37 @@ def _retry_after_ms(error: HTTPException) -> int | None:
     return int(value) * 1000 if value.isdigit() else None
 
 
-# INTERIM until the contract's problem+json rendering lands (branch `contract`).
-_STATUS = {
-    Code.INPUT_INVALID: 400,
-    Code.AUTH_REQUIRED: 401,
-    Code.ACCESS_DENIED: 403,
-    Code.TEMP_UNAVAILABLE: 503,
-    Code.DEPENDENCY_BUSY: 503,
-    Code.RATE_LIMITED: 429,
-    Code.OUTCOME_UNKNOWN: 502,
-    Code.IN_PROGRESS: 409,
-    Code.KEY_REUSED: 422,
-    Code.RETRY_EXHAUSTED: 503,
-    Code.UNKNOWN_ERROR: 502,
-}
+def problem_response(envelope: ErrorEnvelope, *, status: int | None = None) -> JSONResponse:
+    """The envelope as problem+json (`reconciler.to_problem`); `status` overrides the code's own
+    where HTTP is more specific (a malformed request is 400 rather than 422)."""
+    problem = to_problem(envelope)
+    body = problem.body
+    if status is not None and status != problem.status:
+        body = {**body, "status": status, "title": HTTPStatus(status).phrase}
+    return JSONResponse(body, status or problem.status, headers=problem.headers)
 
 
-def problem_response(envelope: ErrorEnvelope) -> JSONResponse:
-    status = _STATUS.get(envelope.code, 502)
-    body = {"type": "about:blank", "title": HTTPStatus(status).phrase, "status": status,
-            "detail": envelope.message, "error": envelope.to_json_dict()}
-    headers = {}
-    if envelope.retry_after_ms is not None:
-        headers["Retry-After"] = str(-(-envelope.retry_after_ms // 1000))
-    return JSONResponse(body, status, headers=headers, media_type="application/problem+json")
+def add_problem_handlers(app: FastAPI) -> None:
+    """Answer FastAPI's request validation errors and any `WriteSafeError` an endpoint lets
+    through as problem+json carrying the envelope, like the guarded routes' own failures."""
+    app.add_exception_handler(RequestValidationError, _validation_problem)
+    app.add_exception_handler(WriteSafeError, _writesafe_problem)
+
+
+async def _validation_problem(_request: Request, error: Exception) -> JSONResponse:
+    """Malformed JSON is a 400 (the request cannot be read), a schema violation a 422."""
+    assert isinstance(error, RequestValidationError)
+    first: Mapping[str, Any] = error.errors()[0] if error.errors() else {}
+    if first.get("type") == "json_invalid":
+        return problem_response(
+            invalid_input("body", "the body is not valid JSON").envelope, status=400
+        )
+    location = [str(part) for part in first.get("loc", ())]
+    field = ".".join(location[1:] if location[:1] == ["body"] else location) or "body"
+    message = f"{field}: {first.get('msg', 'invalid')}"
+    return problem_response(invalid_input(field, message).envelope)
+
+
+async def _writesafe_problem(_request: Request, error: Exception) -> JSONResponse:
+    assert isinstance(error, WriteSafeError)
+    return problem_response(error.envelope)

@@ -20,8 +20,8 @@ from pydantic import Field
 
 from idempotency._errors import WriteSafeError
 from idempotency._keys import DEFAULT_SCOPE, MAX_KEY_LENGTH
-from idempotency._mcp_errors import error_result
 from idempotency._tool import Tool
+from reconciler import to_call_tool_result
 
 KEY_ARGUMENT = "idempotency_key"
 META_KEY = "writesafe/operation"
@@ -90,7 +90,7 @@ def _wrapper(
                 (), arguments, key=key, scope=caller_scope, key_from_arguments=not require_key
             )
         except WriteSafeError as error:
-            return error_result(error.envelope)
+            return to_call_tool_result(error.envelope)
         result = convert(invocation.value)
         assert isinstance(result, CallToolResult)
         operation = {"key": invocation.key, "scope": caller_scope, "replayed": invocation.replayed}
