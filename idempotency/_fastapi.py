@@ -95,6 +95,7 @@ def idempotent_route(
     def decorate(endpoint: Endpoint) -> Endpoint:
         if not inspect.iscoroutinefunction(endpoint):
             raise TypeError(f"{endpoint.__name__}: idempotent_route guards async endpoints")
+        signature = _signature(endpoint, scope)
         tool = ws.tool(
             name or endpoint.__name__,
             lookup=None if lookup is None else _found_bodies(lookup),
@@ -128,7 +129,7 @@ def idempotent_route(
         # Like functools.wraps minus __wrapped__: FastAPI must read the signature below.
         for attribute in ("__module__", "__name__", "__qualname__", "__doc__"):
             setattr(guarded, attribute, getattr(endpoint, attribute))
-        guarded.__signature__ = _signature(endpoint, scope)  # type: ignore[attr-defined]
+        guarded.__signature__ = signature  # type: ignore[attr-defined]
         return guarded
 
     return decorate

@@ -117,10 +117,11 @@ def _signature(tool: Tool[Any], require_key: bool) -> inspect.Signature:
             raise TypeError(f"{tool.name}: *args/**kwargs have no MCP input schema")
         annotation = hints.get(parameter.name, Any)
         parameters.append(parameter.replace(kind=keyword, annotation=annotation))
+    # The bounds are published, not enforced by the SDK: the guard checks the key itself, so a
+    # bad key is answered with the envelope (INPUT_INVALID) like every other failure.
     key_field = Field(
         description=_KEY_REQUIRED if require_key else _KEY_OPTIONAL,
-        min_length=1,
-        max_length=MAX_KEY_LENGTH,
+        json_schema_extra={"minLength": 1, "maxLength": MAX_KEY_LENGTH},
     )
     if require_key:
         key = inspect.Parameter(KEY_ARGUMENT, keyword, annotation=Annotated[str, key_field])
