@@ -9,6 +9,7 @@ from reconciler._continuation import Continuation, FailedOperation, decide_conti
 from reconciler._contract import (
     BUILTIN_VERDICTS,
     CODES,
+    FIELD_LIMIT,
     MESSAGE_LIMIT,
     SCHEMA,
     Code,
@@ -34,6 +35,7 @@ from reconciler._response import DownstreamError, RawResponse, response_of
 from reconciler._retry import DEFAULT_RETRY_POLICY, RetryBudget, RetryPolicy, RetrySignal, wait_max
 from reconciler._retry_after import MAX_RETRY_AFTER_MS, parse_retry_after
 from reconciler._rules import NOT_JSON, ResponseAdapter, Rule
+from reconciler._schema import envelope_json_schema
 from reconciler._tool_error import ToolError
 from reconciler._views import AttemptView, OperationStatus, attempts_left, operation_info
 from reconciler._webmcp import WEBMCP_CODES, WebMcpCode, from_webmcp, to_webmcp
@@ -44,6 +46,7 @@ __all__ = [
     "CODES",
     "DEFAULT_ADAPTER",
     "DEFAULT_RETRY_POLICY",
+    "FIELD_LIMIT",
     "HTTP_STATUS",
     "MAX_RETRY_AFTER_MS",
     "MESSAGE_LIMIT",
@@ -83,6 +86,7 @@ __all__ = [
     "attempts_left",
     "classify_exception",
     "decide_continuation",
+    "envelope_json_schema",
     "exception_evidence",
     "from_call_tool_result",
     "from_problem",

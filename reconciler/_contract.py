@@ -115,7 +115,9 @@ BUILTIN_VERDICTS: dict[str, Verdict] = {
 class OperationInfo(BaseModel):
     """Where the operation behind an error stands."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(
+        frozen=True, extra="forbid", json_schema_serialization_defaults_required=True
+    )
 
     key: str
     status: str
