@@ -48,7 +48,8 @@ spec = importlib.util.spec_from_file_location("standalone_evaluator", {str(EVALU
 module = importlib.util.module_from_spec(spec)
 sys.modules[spec.name] = module
 spec.loader.exec_module(module)
-loaded = sorted(m for m in sys.modules if m.split(".")[0] in ("reconciler", "idempotency", "ledger"))
+ours = ("reconciler", "idempotency", "ledger")
+loaded = sorted(m for m in sys.modules if m.split(".")[0] in ours)
 print(loaded)
 """
     result = subprocess.run(

@@ -1,9 +1,9 @@
 """The shipment dependency's codes on the contract: one exact rule per code it documents.
 
 Its INVALID_ARGUMENT names its own field (`ref`); the tool's parameter is `shipment_ref`, so the
-adapter translates the name. The lookup is read-only, so nothing it answers can have had an effect: the final
-rule proves `side_effects: none` for every other answer, which stays UNKNOWN_ERROR (no retry,
-raw response kept) but needs no reconciliation.
+adapter translates the name. The lookup is read-only, so nothing it answers can have had an
+effect: the final rule proves `side_effects: none` for every other answer, which stays
+UNKNOWN_ERROR (no retry, raw response kept) but needs no reconciliation.
 """
 
 from __future__ import annotations
