@@ -14,7 +14,9 @@ from hypothesis import strategies as st
 from reconciler import (
     BUILTIN_VERDICTS,
     CODES,
+    HTTP_STATUS,
     MESSAGE_LIMIT,
+    WEBMCP_CODES,
     Code,
     CodeRegistry,
     Disposition,
@@ -214,3 +216,22 @@ def test_emitted_envelopes_validate_against_the_published_schema() -> None:
     with pytest.raises(jsonschema.ValidationError):
         validator.validate({**valid_wire(), "message": "x" * (MESSAGE_LIMIT + 1)})
     assert ErrorEnvelope.model_validate(valid_wire()).to_json_dict() == valid_wire()
+
+
+def test_docs_table_states_every_code_as_built() -> None:
+    """docs/contract.md's code table is the contract users read: it must be the code's."""
+    text = (SCHEMA_FILE.parent.parent / "contract.md").read_text()
+    rows = {}
+    for line in text.splitlines():
+        cells = [cell.strip() for cell in line.strip().strip("|").split("|")]
+        if len(cells) == 7 and cells[0] in CODES:
+            rows[cells[0]] = cells[1:]
+    assert set(rows) == {code.value for code in Code}
+    for code, (side_effects, retryable, next_action, stops_as, http, webmcp) in rows.items():
+        verdict = CODES.verdict(code)
+        assert side_effects.rstrip("¹") == verdict.side_effects.value, code
+        assert retryable == ("yes" if verdict.retryable else "no"), code
+        assert next_action == verdict.next_action.value, code
+        assert stops_as == (verdict.disposition.value if verdict.disposition else "—"), code
+        assert int(http) == HTTP_STATUS[code][0], code
+        assert webmcp == WEBMCP_CODES[code].value, code
