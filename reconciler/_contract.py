@@ -115,7 +115,9 @@ BUILTIN_VERDICTS: dict[str, Verdict] = {
 class OperationInfo(BaseModel):
     """Where the operation behind an error stands."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(
+        frozen=True, extra="forbid", json_schema_serialization_defaults_required=True
+    )
 
     key: str
     status: str
@@ -250,14 +252,17 @@ class CodeRegistry:
             field=field,
             retry_after_ms=retry_after_ms,
             next_action=verdict.next_action,
-            side_effects=_narrowed(verdict.side_effects, side_effects),
+            side_effects=_narrowed(code, verdict.side_effects, side_effects),
             operation=operation,
         )
 
 
-def _narrowed(default: SideEffects, proven: SideEffects | None) -> SideEffects:
-    # Evidence may only make the verdict safer to act on when it proves no effect.
-    return SideEffects.NONE if proven is SideEffects.NONE else default
+def _narrowed(code: str, default: SideEffects, proven: SideEffects | None) -> SideEffects:
+    # Only UNKNOWN_ERROR's side effects are open to evidence: every other code's are part of
+    # what the code means (OUTCOME_UNKNOWN with "no effect" would be a contradiction).
+    if code == Code.UNKNOWN_ERROR and proven is SideEffects.NONE:
+        return SideEffects.NONE
+    return default
 
 
 CODES = CodeRegistry()
