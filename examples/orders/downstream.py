@@ -105,8 +105,8 @@ def create_app(service: OrderService) -> FastAPI:
         order = next((o for o in service.orders if o["order_id"] == refund.order_id), None)
         if order is None:
             return JSONResponse({"code": "ORDER_UNKNOWN", "field": "order_id"}, 422)
-        refunded = sum(r["amount_cents"] for r in service.refunds if r["order_id"] == order["order_id"])
-        if refunded + refund.amount_cents > order["total_cents"]:
+        earlier = [r for r in service.refunds if r["order_id"] == refund.order_id]
+        if sum(r["amount_cents"] for r in earlier) + refund.amount_cents > order["total_cents"]:
             return JSONResponse({"code": "AMOUNT_TOO_HIGH", "field": "amount_cents"}, 422)
         row = {"refund_id": f"ref-{len(service.refunds) + 1}", "reference": reference}
         return await service.write(service.refunds, {**row, **refund.model_dump()})
