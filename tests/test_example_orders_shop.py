@@ -7,14 +7,12 @@ with both apps served by uvicorn on loopback, where the shop's own httpx timeout
 from __future__ import annotations
 
 import asyncio
-import socket
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
 
 import httpx
 import pytest
-import uvicorn
 from fastapi import FastAPI
 
 from examples.orders import downstream, shop
@@ -22,6 +20,7 @@ from idempotency import REPLAYED_HEADER, WriteSafe
 from ledger import ManualClock
 from reconciler import PROBLEM_MEDIA_TYPE, from_problem
 from tests.conftest import MakeWriteSafe
+from tests.loopback import on_loopback
 
 ORDER = {"sku": "A1", "quantity": 2, "postcode": "560001"}
 SETTLE = 5.0
@@ -167,58 +166,31 @@ async def test_malformed_json_is_400(rig: Rig) -> None:
 # -- end to end: both apps behind uvicorn on loopback ---------------------------------------------
 
 
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-        return port
-
-
-@pytest.fixture
-async def serve() -> AsyncIterator[Any]:
-    """Start apps under uvicorn on loopback; each is stopped at the end of the test."""
-    servers: list[tuple[uvicorn.Server, asyncio.Task[None]]] = []
-
-    async def start(app: FastAPI) -> str:
-        port = free_port()
-        config = uvicorn.Config(
-            app, host="127.0.0.1", port=port, log_level="warning", timeout_graceful_shutdown=1
-        )
-        server = uvicorn.Server(config)
-        task = asyncio.create_task(server.serve())
-        while not server.started:
-            if task.done():
-                task.result()
-            await asyncio.sleep(0.01)
-        servers.append((server, task))
-        return f"http://127.0.0.1:{port}"
-
-    yield start
-    for server, task in reversed(servers):
-        server.should_exit = True
-        await task
-
-
 @pytest.mark.slow
-async def test_the_shop_over_loopback(make_ws: MakeWriteSafe, serve: Any) -> None:
+async def test_the_shop_over_loopback(make_ws: MakeWriteSafe) -> None:
     service = downstream.OrderService(stall_seconds=2.0)
-    orders_url = await serve(downstream.create_app(service))
-    orders = httpx.AsyncClient(base_url=orders_url, timeout=0.3)  # closed by the shop's lifespan
     ws = make_ws()
-    shop_url = await serve(shop.create_app(ws, orders, timeout=5.0, settle_after=SETTLE))
-    headers = {"Idempotency-Key": '"8e03978e-40d5-43e8-bc93-6894a57f9324"', "X-Tenant": "acme"}
-    async with httpx.AsyncClient(base_url=shop_url, timeout=10) as client:
-        first = await client.post("/orders", json=ORDER, headers=headers)
-        again = await client.post("/orders", json=ORDER, headers=headers)
-        assert first.status_code == again.status_code == 201
-        assert first.content == again.content
-        assert again.headers[REPLAYED_HEADER] == "true"
+    async with on_loopback(downstream.create_app(service)) as orders_url:
+        orders = httpx.AsyncClient(
+            base_url=orders_url, timeout=0.3
+        )  # the shop's lifespan closes it
+        app = shop.create_app(ws, orders, timeout=5.0, settle_after=SETTLE)
+        async with on_loopback(app) as shop_url, httpx.AsyncClient(base_url=shop_url) as client:
+            key = '"8e03978e-40d5-43e8-bc93-6894a57f9324"'
+            headers = {"Idempotency-Key": key, "X-Tenant": "acme"}
+            first = await client.post("/orders", json=ORDER, headers=headers)
+            again = await client.post("/orders", json=ORDER, headers=headers)
+            assert first.status_code == again.status_code == 201
+            assert first.content == again.content
+            assert again.headers[REPLAYED_HEADER] == "true"
 
-        service.faults.append(downstream.Fault.COMMIT_THEN_TIMEOUT)
-        lost = await client.post("/orders", json=ORDER, headers={**headers, "Idempotency-Key": "t"})
-        problem(lost, 504, "OUTCOME_UNKNOWN")
+            service.faults.append(downstream.Fault.COMMIT_THEN_TIMEOUT)
+            headers["Idempotency-Key"] = "t"
+            problem(
+                await client.post("/orders", json=ORDER, headers=headers), 504, "OUTCOME_UNKNOWN"
+            )
+            status = await ws.status("t", scope="acme")
     assert service.writes == 2
-    status = await ws.status("t", scope="acme")
     assert status is not None
     [execution] = [a for a in status.attempts if a.kind == "execution"]
     assert execution.evidence is not None

@@ -67,9 +67,7 @@ class Shop:
             if order.sku == "busy":
                 raise ToolError("DEPENDENCY_BUSY", "stock service busy", retry_after_ms=7_000)
             self.effects.append(order.sku)
-            return Placed(
-                order_id=f"o-{len(self.effects)}", price=12.5, **order.model_dump()
-            )
+            return Placed(order_id=f"o-{len(self.effects)}", price=12.5, **order.model_dump())
 
         @app.post("/orders/{order_id}/refunds")
         @idempotent_route(ws, "refund", scope=tenant)
@@ -96,8 +94,8 @@ class Shop:
 
 
 @pytest.fixture
-async def shop(make_ws: MakeWriteSafe) -> AsyncIterator[Shop]:
-    yield Shop(make_ws())
+async def shop(make_ws: MakeWriteSafe) -> Shop:
+    return Shop(make_ws())
 
 
 @pytest.fixture
@@ -166,9 +164,7 @@ async def test_path_and_query_are_part_of_the_payload(
     assert shop.effects == ["refund o-1 5"]
 
 
-async def test_a_missing_key_is_400_and_nothing_runs(
-    client: httpx.AsyncClient, shop: Shop
-) -> None:
+async def test_a_missing_key_is_400_and_nothing_runs(client: httpx.AsyncClient, shop: Shop) -> None:
     body = assert_problem(await client.post("/orders", json=ORDER), 400, "INPUT_INVALID")
     assert body["field"] == "idempotency_key"
     assert body["side_effects"] == "none"

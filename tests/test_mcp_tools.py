@@ -92,7 +92,8 @@ async def test_tools_are_listed_with_the_key_and_truthful_annotations(shop: Shop
             assert tool.annotations is not None
             assert tool.annotations.read_only_hint is False
             assert tool.annotations.idempotent_hint is True
-        assert submit.annotations is not None and refund.annotations is not None
+        assert submit.annotations is not None
+        assert refund.annotations is not None
         assert (submit.annotations.destructive_hint, submit.annotations.open_world_hint) == (
             False,
             True,
@@ -101,7 +102,8 @@ async def test_tools_are_listed_with_the_key_and_truthful_annotations(shop: Shop
             True,
             False,
         )
-        assert submit.output_schema is not None and submit.output_schema["type"] == "object"
+        assert submit.output_schema is not None
+        assert submit.output_schema["type"] == "object"
 
 
 async def test_a_retried_call_replays_the_first_result(shop: Shop) -> None:
@@ -109,7 +111,8 @@ async def test_a_retried_call_replays_the_first_result(shop: Shop) -> None:
         arguments = {"sku": "A1", "quantity": 2, "idempotency_key": "ord-7"}
         first = await client.call_tool("submit_order", arguments)
         again = await client.call_tool("submit_order", arguments)
-        assert not first.is_error and not again.is_error
+        assert not first.is_error
+        assert not again.is_error
         assert first.structured_content == again.structured_content
         assert first.structured_content == {"order_id": "o-1", "sku": "A1", "quantity": 2}
         assert first.content == again.content
@@ -117,7 +120,8 @@ async def test_a_retried_call_replays_the_first_result(shop: Shop) -> None:
         assert operation(again)["replayed"] is True
         assert shop.effects == ["2 A1"]
         status = await shop.ws.status("ord-7", scope="tenant-a")
-        assert status is not None and status.status == "succeeded"
+        assert status is not None
+        assert status.status == "succeeded"
 
 
 async def test_without_a_key_identical_calls_are_one_operation(shop: Shop) -> None:
@@ -196,15 +200,17 @@ async def test_concurrent_duplicate_calls_execute_once(make_ws: MakeWriteSafe) -
         shop.gate = gate
         await shop.ws.start()  # one at a time: concurrent auto-migration of a new schema races
     arguments = {"sku": "A1", "idempotency_key": "burst"}
-    async with Client(shops[0].server, mode="legacy") as one:
-        async with Client(shops[1].server, mode="legacy") as two:
-            calls = [
-                asyncio.create_task(client.call_tool("submit_order", arguments))
-                for client in (one, two, one, two)
-            ]
-            await asyncio.sleep(0.05)
-            gate.set()
-            results = await asyncio.gather(*calls)
+    async with (
+        Client(shops[0].server, mode="legacy") as one,
+        Client(shops[1].server, mode="legacy") as two,
+    ):
+        calls = [
+            asyncio.create_task(client.call_tool("submit_order", arguments))
+            for client in (one, two, one, two)
+        ]
+        await asyncio.sleep(0.05)
+        gate.set()
+        results = await asyncio.gather(*calls)
     assert shops[0].effects + shops[1].effects == ["1 A1"]
     answers = [r for r in results if not r.is_error]
     assert [operation(r)["replayed"] for r in answers].count(False) == 1
@@ -226,7 +232,8 @@ async def test_a_timeout_is_outcome_unknown_and_is_not_run_again(make_ws: MakeWr
         assert (error["code"], error["next_action"]) == ("OUTCOME_UNKNOWN", "reconcile")
     assert shop.effects == []
     status = await shop.ws.status("hang", scope="tenant-a")
-    assert status is not None and status.executions == 1
+    assert status is not None
+    assert status.executions == 1
 
 
 def test_reserved_and_variadic_parameters_are_refused(make_ws: MakeWriteSafe) -> None:

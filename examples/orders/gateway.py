@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Any, Protocol
 
 import httpx
+from pydantic import BaseModel
 
 from idempotency import Found, NotFound, Unknown, current_operation
 from reconciler import Code, LookupResult, ResponseAdapter, Rule
@@ -25,6 +26,20 @@ ADAPTER = ResponseAdapter(
         Rule(Code.TEMP_UNAVAILABLE, status=503),
     ),
 )
+
+
+class Order(BaseModel):
+    order_id: str
+    sku: str
+    quantity: int
+    postcode: str
+    total_cents: int
+
+
+class Refund(BaseModel):
+    refund_id: str
+    order_id: str
+    amount_cents: int
 
 
 class Operation(Protocol):
@@ -56,17 +71,20 @@ class OrderGateway:
     def __init__(self, client: httpx.AsyncClient) -> None:
         self.client = client
 
-    async def place_order(self, order: dict[str, Any]) -> dict[str, Any]:
-        return await self._write("/orders", order)
+    async def place_order(self, sku: str, quantity: int, postcode: str) -> Order:
+        body = {"sku": sku, "quantity": quantity, "postcode": postcode}
+        return Order.model_validate(await self._write("/orders", body))
 
-    async def refund(self, order_id: str, amount_cents: int) -> dict[str, Any]:
-        return await self._write("/refunds", {"order_id": order_id, "amount_cents": amount_cents})
+    async def refund(self, order_id: str, amount_cents: int) -> Refund:
+        body = {"order_id": order_id, "amount_cents": amount_cents}
+        return Refund.model_validate(await self._write("/refunds", body))
 
     async def find_order(self, operation: Operation) -> LookupResult:
-        return await self._find("/orders", operation)
+        """Found(Order) if the service has an order under the operation's reference."""
+        return await self._find("/orders", operation, Order)
 
     async def find_refund(self, operation: Operation) -> LookupResult:
-        return await self._find("/refunds", operation)
+        return await self._find("/refunds", operation, Refund)
 
     async def _write(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
         headers = {"Idempotency-Key": current_reference()}
@@ -75,11 +93,11 @@ class OrderGateway:
         row: dict[str, Any] = response.json()
         return row
 
-    async def _find(self, path: str, operation: Operation) -> LookupResult:
+    async def _find(self, path: str, operation: Operation, model: type[BaseModel]) -> LookupResult:
         params = {"reference": reference(operation.scope, operation.key)}
         response = await self.client.get(path, params=params)
         if response.status_code == 200:
-            return Found(response.json())
+            return Found(model.model_validate(response.json()))
         if response.status_code == 404:
             return NotFound()
         return Unknown(f"the order service answered {response.status_code}")

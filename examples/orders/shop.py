@@ -21,9 +21,8 @@ import httpx
 from fastapi import FastAPI, Header
 from pydantic import BaseModel, Field
 
-from examples.orders.gateway import ADAPTER, Operation, OrderGateway
-from idempotency import Found, WriteSafe, add_problem_handlers, idempotent_route
-from reconciler import LookupResult
+from examples.orders.gateway import ADAPTER, Order, OrderGateway, Refund
+from idempotency import WriteSafe, add_problem_handlers, idempotent_route
 
 DOWNSTREAM_URL = os.environ.get("SHOP_DOWNSTREAM_URL", "http://127.0.0.1:8001")
 DOWNSTREAM_TIMEOUT = float(os.environ.get("SHOP_DOWNSTREAM_TIMEOUT", "2.0"))
@@ -45,22 +44,8 @@ class OrderRequest(BaseModel):
     postcode: str = Field(min_length=1, max_length=16)
 
 
-class Order(BaseModel):
-    order_id: str
-    sku: str
-    quantity: int
-    postcode: str
-    total_cents: int
-
-
 class RefundRequest(BaseModel):
     amount_cents: int = Field(gt=0)
-
-
-class Refund(BaseModel):
-    refund_id: str
-    order_id: str
-    amount_cents: int
 
 
 def create_app(
@@ -89,41 +74,33 @@ def create_app(
     app = FastAPI(title="Shop", lifespan=lifespan)
     add_problem_handlers(app)
 
-    async def find_order(operation: Operation) -> LookupResult:
-        found = await gateway.find_order(operation)
-        return Found(Order.model_validate(found.result)) if isinstance(found, Found) else found
-
-    async def find_refund(operation: Operation) -> LookupResult:
-        found = await gateway.find_refund(operation)
-        return Found(Refund.model_validate(found.result)) if isinstance(found, Found) else found
-
     @app.post("/orders", status_code=201)
     @idempotent_route(
         ws,
         "place_order",
         scope=tenant,
-        lookup=find_order,
+        lookup=gateway.find_order,
         adapter=ADAPTER,
         timeout=timeout,
         settle_after=settle_after,
     )
     async def place_order(order: OrderRequest) -> Order:
         """Place an order. Send a new `Idempotency-Key` per order; reuse it to retry."""
-        return Order.model_validate(await gateway.place_order(order.model_dump()))
+        return await gateway.place_order(order.sku, order.quantity, order.postcode)
 
     @app.post("/orders/{order_id}/refunds", status_code=201)
     @idempotent_route(
         ws,
         "refund_order",
         scope=tenant,
-        lookup=find_refund,
+        lookup=gateway.find_refund,
         adapter=ADAPTER,
         timeout=timeout,
         settle_after=settle_after,
     )
     async def refund_order(order_id: str, refund: RefundRequest) -> Refund:
         """Refund part of an order. Send a new `Idempotency-Key` per refund; reuse it to retry."""
-        return Refund.model_validate(await gateway.refund(order_id, refund.amount_cents))
+        return await gateway.refund(order_id, refund.amount_cents)
 
     return app
 
