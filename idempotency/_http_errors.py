@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
+from datetime import UTC, datetime
 from http import HTTPStatus
 from typing import Any
 
@@ -19,6 +20,7 @@ from reconciler import (
     CodeRegistry,
     ErrorEnvelope,
     exception_evidence,
+    parse_retry_after,
     to_problem,
 )
 
@@ -60,8 +62,8 @@ def _is_refusal(status: int) -> bool:
 
 
 def _retry_after_ms(error: HTTPException) -> int | None:
-    value = (error.headers or {}).get("Retry-After", "")
-    return int(value) * 1000 if value.isdigit() else None
+    value = (error.headers or {}).get("Retry-After")
+    return None if value is None else parse_retry_after(value, now=datetime.now(UTC))
 
 
 def problem_response(envelope: ErrorEnvelope, *, status: int | None = None) -> JSONResponse:

@@ -2,8 +2,9 @@
 
 Failures come back as a `CallToolResult` with `isError`, the envelope in
 `structuredContent.error` and the same JSON in a text block. The key is the tool's
-`idempotency_key` argument; when an agent leaves it out, the call's own fingerprint is the key,
-so an agent that repeats a call verbatim (the usual retry) reaches the same operation.
+`idempotency_key` argument; when an agent leaves it out, the tool's `key=` function decides, else
+the call's own fingerprint is the key, so an agent that repeats a call verbatim (the usual retry)
+reaches the same operation.
 """
 
 from __future__ import annotations
@@ -18,12 +19,12 @@ from mcp.server.mcpserver.utilities.func_metadata import func_metadata
 from mcp.types import CallToolResult, ToolAnnotations
 from pydantic import Field
 
+from idempotency._arguments import KEY_PARAMETER
 from idempotency._errors import WriteSafeError
 from idempotency._keys import DEFAULT_SCOPE, MAX_KEY_LENGTH
 from idempotency._tool import Tool
 from reconciler import to_call_tool_result
 
-KEY_ARGUMENT = "idempotency_key"
 META_KEY = "writesafe/operation"
 
 ScopeOf = Callable[[Context[Any, Any]], str | Awaitable[str]]
@@ -83,7 +84,7 @@ def _wrapper(
 
     async def call_tool(**arguments: Any) -> CallToolResult:
         context: Context[Any, Any] = arguments.pop(_CONTEXT)
-        key: str | None = arguments.pop(KEY_ARGUMENT)
+        key: str | None = arguments.pop(KEY_PARAMETER)
         try:
             caller_scope = DEFAULT_SCOPE if scope is None else await _maybe_await(scope(context))
             invocation = await tool.invoke(
@@ -124,10 +125,10 @@ def _signature(tool: Tool[Any], require_key: bool) -> inspect.Signature:
         json_schema_extra={"minLength": 1, "maxLength": MAX_KEY_LENGTH},
     )
     if require_key:
-        key = inspect.Parameter(KEY_ARGUMENT, keyword, annotation=Annotated[str, key_field])
+        key = inspect.Parameter(KEY_PARAMETER, keyword, annotation=Annotated[str, key_field])
     else:
         key = inspect.Parameter(
-            KEY_ARGUMENT, keyword, annotation=Annotated[str | None, key_field], default=None
+            KEY_PARAMETER, keyword, annotation=Annotated[str | None, key_field], default=None
         )
     context = inspect.Parameter(_CONTEXT, keyword, annotation=Context)
     returns = hints.get("return")
