@@ -12,15 +12,16 @@ from __future__ import annotations
 import inspect
 import typing
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from typing import Annotated, Any
 
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.utilities.func_metadata import func_metadata
 from mcp.types import CallToolResult, ToolAnnotations
-from pydantic import Field
+from pydantic import Field, ValidationError, ValidatorFunctionWrapHandler, WrapValidator
 
 from idempotency._arguments import KEY_PARAMETER
-from idempotency._errors import WriteSafeError
+from idempotency._errors import WriteSafeError, invalid_input
 from idempotency._keys import DEFAULT_SCOPE, MAX_KEY_LENGTH
 from idempotency._tool import Tool
 from reconciler import to_call_tool_result
@@ -84,6 +85,9 @@ def _wrapper(
 
     async def call_tool(**arguments: Any) -> CallToolResult:
         context: Context[Any, Any] = arguments.pop(_CONTEXT)
+        invalid = next((v for v in arguments.values() if isinstance(v, _Invalid)), None)
+        if invalid is not None:
+            return to_call_tool_result(invalid_input(invalid.field, invalid.message).envelope)
         key: str | None = arguments.pop(KEY_PARAMETER)
         try:
             caller_scope = DEFAULT_SCOPE if scope is None else await _maybe_await(scope(context))
@@ -116,7 +120,7 @@ def _signature(tool: Tool[Any], require_key: bool) -> inspect.Signature:
             raise TypeError(f"{tool.name}: parameter name {_CONTEXT} is reserved")
         if parameter.kind in (parameter.VAR_POSITIONAL, parameter.VAR_KEYWORD):
             raise TypeError(f"{tool.name}: *args/**kwargs have no MCP input schema")
-        annotation = hints.get(parameter.name, Any)
+        annotation: Any = Annotated[hints.get(parameter.name, Any), _lenient(parameter.name)]
         parameters.append(parameter.replace(kind=keyword, annotation=annotation))
     # The bounds are published, not enforced by the SDK: the guard checks the key itself, so a
     # bad key is answered with the envelope (INPUT_INVALID) like every other failure.
@@ -124,16 +128,46 @@ def _signature(tool: Tool[Any], require_key: bool) -> inspect.Signature:
         description=_KEY_REQUIRED if require_key else _KEY_OPTIONAL,
         json_schema_extra={"minLength": 1, "maxLength": MAX_KEY_LENGTH},
     )
+    lenient = _lenient(KEY_PARAMETER)
     if require_key:
-        key = inspect.Parameter(KEY_PARAMETER, keyword, annotation=Annotated[str, key_field])
+        key = inspect.Parameter(
+            KEY_PARAMETER, keyword, annotation=Annotated[str, key_field, lenient]
+        )
     else:
         key = inspect.Parameter(
-            KEY_PARAMETER, keyword, annotation=Annotated[str | None, key_field], default=None
+            KEY_PARAMETER,
+            keyword,
+            annotation=Annotated[str | None, key_field, lenient],
+            default=None,
         )
     context = inspect.Parameter(_CONTEXT, keyword, annotation=Context)
     returns = hints.get("return")
     output = CallToolResult if returns is None else Annotated[CallToolResult, returns]
     return inspect.Signature([*parameters, key, context], return_annotation=output)
+
+
+@dataclass(frozen=True, slots=True)
+class _Invalid:
+    """An argument that broke the input schema: the call is answered INPUT_INVALID, not run."""
+
+    field: str
+    message: str
+
+
+def _lenient(name: str) -> WrapValidator:
+    """Validate as declared (the schema is unchanged), but hand a failure to the tool as an
+    `_Invalid` value, so the agent gets the envelope instead of the SDK's prose. A missing
+    required argument is still refused by the SDK itself."""
+
+    def validate(value: Any, handler: ValidatorFunctionWrapHandler) -> Any:
+        try:
+            return handler(value)
+        except ValidationError as error:
+            first = error.errors()[0]
+            field = ".".join([name, *(str(part) for part in first["loc"])])
+            return _Invalid(field, f"{field}: {first['msg']}")
+
+    return WrapValidator(validate)
 
 
 async def _maybe_await(value: str | Awaitable[str]) -> str:

@@ -162,13 +162,44 @@ async def test_the_same_key_with_other_arguments_is_key_reused(shop: Shop) -> No
         assert shop.effects == ["1 A1"]
 
 
-@pytest.mark.parametrize("key", ["", "x" * 256, "tab\there", " padded", "nul\x00"])
-async def test_bad_keys_are_input_invalid(shop: Shop, key: str) -> None:
+@pytest.mark.parametrize("key", ["", "x" * 256, "tab\there", " padded", "nul\x00", 42, ["k"]])
+async def test_bad_keys_are_input_invalid(shop: Shop, key: object) -> None:
     async with connect(shop) as client:
         result = await client.call_tool("submit_order", {"sku": "A1", "idempotency_key": key})
         error = envelope(result)
         assert (error["code"], error["field"]) == ("INPUT_INVALID", "idempotency_key")
         assert shop.effects == []
+
+
+@pytest.mark.parametrize(
+    ("arguments", "field"),
+    [
+        ({"sku": 5}, "sku"),
+        ({"sku": "A1", "quantity": "many"}, "quantity"),
+        ({"sku": "A1", "quantity": {"n": 1}}, "quantity"),
+        ({"sku": ["A1"], "quantity": 2}, "sku"),
+    ],
+)
+async def test_arguments_of_the_wrong_type_are_input_invalid(
+    shop: Shop, arguments: dict[str, Any], field: str
+) -> None:
+    async with connect(shop) as client:
+        error = envelope(await client.call_tool("submit_order", arguments))
+    assert (error["code"], error["field"], error["next_action"]) == (
+        "INPUT_INVALID",
+        field,
+        "correct_input",
+    )
+    assert error["operation"] is None  # refused before any operation existed
+    assert shop.effects == []
+
+
+async def test_a_missing_argument_is_refused_by_the_sdk(shop: Shop) -> None:
+    async with connect(shop) as client:
+        result = await client.call_tool("submit_order", {"quantity": 2})
+    assert result.is_error
+    assert result.structured_content is None  # the SDK's own prose, not an envelope
+    assert shop.effects == []
 
 
 async def test_a_unicode_key_and_arguments_round_trip(shop: Shop) -> None:
