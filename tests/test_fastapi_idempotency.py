@@ -10,7 +10,7 @@ from typing import Annotated, Any
 
 import httpx
 import pytest
-from fastapi import FastAPI, Header, HTTPException
+from fastapi import FastAPI, Form, Header, HTTPException
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel
 
@@ -79,6 +79,12 @@ class Shop:
         @idempotent_route(ws, "cancel")
         async def cancel(order_id: str) -> None:
             self.effects.append(f"cancel {order_id}")
+
+        @app.post("/subscriptions")
+        @idempotent_route(ws, "subscribe")
+        async def subscribe(email: Annotated[str, Form()]) -> dict[str, str]:
+            self.effects.append(email)
+            return {"subscribed": email}
 
         @app.post("/notes")
         @idempotent_route(ws, "note", required=False)
@@ -152,16 +158,27 @@ async def test_an_endpoint_response_and_an_empty_204_replay_exactly(
     assert shop.effects == ["refund o-9 5", "cancel o-9"]
 
 
+async def test_form_bodies_are_fingerprinted_too(client: httpx.AsyncClient, shop: Shop) -> None:
+    first = await client.post("/subscriptions", data={"email": "a@example.org"}, headers=key("f"))
+    again = await client.post("/subscriptions", data={"email": "a@example.org"}, headers=key("f"))
+    other = await client.post("/subscriptions", data={"email": "b@example.org"}, headers=key("f"))
+    assert first.content == again.content
+    assert again.headers[REPLAYED_HEADER] == "true"
+    assert_problem(other, 422, "KEY_REUSED")
+    assert shop.effects == ["a@example.org"]
+
+
 async def test_path_and_query_are_part_of_the_payload(
     client: httpx.AsyncClient, shop: Shop
 ) -> None:
-    ok = await client.post("/orders/o-1/refunds", params={"amount": 5}, headers=key("r2"))
+    ok = await client.post("/orders/ö-1/refunds", params={"amount": 5}, headers=key("r2"))
     assert ok.status_code == 202
-    other_order = await client.post("/orders/o-2/refunds", params={"amount": 5}, headers=key("r2"))
+    assert ok.json() == {"refund": 1, "order": "ö-1"}
+    other_order = await client.post("/orders/ö-2/refunds", params={"amount": 5}, headers=key("r2"))
     assert_problem(other_order, 422, "KEY_REUSED")
-    other_amount = await client.post("/orders/o-1/refunds", params={"amount": 6}, headers=key("r2"))
+    other_amount = await client.post("/orders/ö-1/refunds", params={"amount": 6}, headers=key("r2"))
     assert_problem(other_amount, 422, "KEY_REUSED")
-    assert shop.effects == ["refund o-1 5"]
+    assert shop.effects == ["refund ö-1 5"]
 
 
 async def test_a_missing_key_is_400_and_nothing_runs(client: httpx.AsyncClient, shop: Shop) -> None:
