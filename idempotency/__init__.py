@@ -8,6 +8,10 @@ ws = WriteSafe()
 async def submit_order(order: dict) -> dict: ...
 
 await submit_order({"sku": "A1"}, idempotency_key="ord-7")
+
+Integrations: `idempotent_route` guards your FastAPI endpoints by their `Idempotency-Key` header
+(`add_problem_handlers` answers FastAPI's own errors alike); `add_mcp_tool` serves a tool to
+agents on an `MCPServer`.
 """
 
 from __future__ import annotations
