@@ -16,7 +16,7 @@ import pytest
 from fastapi import FastAPI
 
 from examples.orders import downstream, shop
-from idempotency import REPLAYED_HEADER, WriteSafe
+from idempotency import REPLAYED_HEADER, Found, NotFound, WriteSafe
 from ledger import ManualClock
 from reconciler import PROBLEM_MEDIA_TYPE, from_problem
 from tests.conftest import MakeWriteSafe
@@ -112,8 +112,27 @@ async def test_a_timeout_is_outcome_unknown_and_does_not_run_again(rig: Rig) -> 
     assert (body["next_action"], body["side_effects"]) == ("reconcile", "unknown")
     assert rig.service.writes == 1  # the order exists; the shop just never heard back
     again = await rig.order("ord-4")
-    assert again.status_code in (201, 504)
+    if again.status_code == 201:  # the lookup, asked before any replay, found the order
+        assert again.headers[REPLAYED_HEADER] == "true"
+        assert again.json()["order_id"] == rig.service.orders[0]["order_id"]
+    else:  # no inline lookup: the key waits for reconciliation
+        problem(again, 504, "OUTCOME_UNKNOWN")
     assert rig.service.writes == 1
+
+
+async def test_the_registered_lookups_ask_the_order_service(rig: Rig) -> None:
+    rig.service.faults.extend([downstream.Fault.COMMIT_THEN_TIMEOUT, downstream.Fault.HANG])
+    problem(await rig.order("landed"), 504, "OUTCOME_UNKNOWN")
+    problem(await rig.order("lost", {**ORDER, "quantity": 3}), 504, "OUTCOME_UNKNOWN")
+    lookup = rig.ws.tools["place_order"].spec.lookup
+    assert lookup is not None
+    landed = await rig.ws.status("landed", scope="acme")
+    lost = await rig.ws.status("lost", scope="acme")
+    found, absent = await lookup(landed), await lookup(lost)
+    assert isinstance(found, Found)
+    assert found.result.status_code is None  # replayed with the route's own 201
+    assert found.result.body == {k: v for k, v in rig.service.orders[0].items() if k != "reference"}
+    assert isinstance(absent, NotFound)
 
 
 async def test_refunds_are_write_safe(rig: Rig) -> None:
