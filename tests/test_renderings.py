@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from mcp_types import CallToolResult, TextContent
 
 from reconciler import (
@@ -207,3 +210,23 @@ def test_user_codes_render_by_their_next_action() -> None:
     assert from_call_tool_result(to_call_tool_result(envelope), codes).envelope == envelope
     # A registry that never heard of the code does not trust it.
     assert from_problem(to_problem(envelope).body).envelope.code == Code.UNKNOWN_ERROR
+
+
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=20),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=12), inner),
+    max_leaves=12,
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(data=json_values, text=st.text(max_size=200) | st.binary(max_size=200))
+def test_readers_never_raise_on_anything(data: Any, text: str | bytes) -> None:
+    for read in (from_problem, from_webmcp):
+        assert read(data).envelope.code in CODES
+    assert from_problem(text).envelope.code in CODES
+    structured = CallToolResult(content=[], structured_content={"error": data}, is_error=True)
+    assert from_call_tool_result(structured).envelope.code in CODES
+    as_text = text if isinstance(text, str) else text.decode("utf-8", "replace")
+    textual = CallToolResult(content=[TextContent(type="text", text=as_text)], is_error=True)
+    assert from_call_tool_result(textual).envelope.code in CODES
