@@ -120,12 +120,18 @@ class Guard:
         self._local: dict[tuple[str, str], tuple[str, asyncio.Future[None]]] = {}
 
     async def call(self, call: GuardedCall) -> Any:
+        value, _ = await self.run(call)
+        return value
+
+    async def run(self, call: GuardedCall) -> tuple[Any, bool]:
+        """The call's result, and whether it was replayed rather than executed by this call
+        (integrations tell their callers, e.g. HTTP `Idempotent-Replayed: true`)."""
         started = time.perf_counter()
         answer = "error"
         try:
             result = await self._call(call)
             answer = result.kind
-            return result.value
+            return result.value, result.kind != "executed"
         except WriteSafeError as error:
             answer = error.code
             raise

@@ -3,12 +3,13 @@
 Imports `ledger` only. Its `cli` and `service` entry packages may also import `idempotency`.
 """
 
-from reconciler._adapters import DEFAULT_ADAPTER, Adapter, ExceptionAdapter
+from reconciler._adapters import DEFAULT_ADAPTER, Adapter
 from reconciler._classify import Classification, classify_exception, exception_evidence
 from reconciler._continuation import Continuation, FailedOperation, decide_continuation
 from reconciler._contract import (
     BUILTIN_VERDICTS,
     CODES,
+    FIELD_LIMIT,
     MESSAGE_LIMIT,
     SCHEMA,
     Code,
@@ -22,17 +23,37 @@ from reconciler._contract import (
     Verdict,
 )
 from reconciler._lookup import Found, LookupResult, NotFound, Unknown
+from reconciler._mcp import from_call_tool_result, to_call_tool_result
+from reconciler._problem import (
+    HTTP_STATUS,
+    PROBLEM_MEDIA_TYPE,
+    Problem,
+    from_problem,
+    to_problem,
+)
+from reconciler._response import DownstreamError, RawResponse, response_of
 from reconciler._retry import DEFAULT_RETRY_POLICY, RetryBudget, RetryPolicy, RetrySignal, wait_max
+from reconciler._retry_after import MAX_RETRY_AFTER_MS, parse_retry_after
+from reconciler._rules import NOT_JSON, ResponseAdapter, Rule
+from reconciler._schema import envelope_json_schema
 from reconciler._tool_error import ToolError
 from reconciler._views import AttemptView, OperationStatus, attempts_left, operation_info
+from reconciler._webmcp import WEBMCP_CODES, WebMcpCode, from_webmcp, to_webmcp
+from reconciler._wire import read_envelope
 
 __all__ = [
     "BUILTIN_VERDICTS",
     "CODES",
     "DEFAULT_ADAPTER",
     "DEFAULT_RETRY_POLICY",
+    "FIELD_LIMIT",
+    "HTTP_STATUS",
+    "MAX_RETRY_AFTER_MS",
     "MESSAGE_LIMIT",
+    "NOT_JSON",
+    "PROBLEM_MEDIA_TYPE",
     "SCHEMA",
+    "WEBMCP_CODES",
     "Adapter",
     "AttemptView",
     "Classification",
@@ -40,8 +61,8 @@ __all__ = [
     "CodeRegistry",
     "Continuation",
     "Disposition",
+    "DownstreamError",
     "ErrorEnvelope",
-    "ExceptionAdapter",
     "FailedOperation",
     "Found",
     "LookupResult",
@@ -49,18 +70,33 @@ __all__ = [
     "NotFound",
     "OperationInfo",
     "OperationStatus",
+    "Problem",
+    "RawResponse",
+    "ResponseAdapter",
     "RetryBudget",
     "RetryPolicy",
     "RetrySignal",
+    "Rule",
     "SideEffects",
     "ToolError",
     "Unknown",
     "UnknownCode",
     "Verdict",
+    "WebMcpCode",
     "attempts_left",
     "classify_exception",
     "decide_continuation",
+    "envelope_json_schema",
     "exception_evidence",
+    "from_call_tool_result",
+    "from_problem",
+    "from_webmcp",
     "operation_info",
+    "parse_retry_after",
+    "read_envelope",
+    "response_of",
+    "to_call_tool_result",
+    "to_problem",
+    "to_webmcp",
     "wait_max",
 ]

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import typer
 
+from reconciler.cli._contract import contract_app
 from reconciler.cli._db import db_app
 from reconciler.cli._status import status
 
@@ -22,6 +23,7 @@ app = typer.Typer(
 )
 app.command("status")(status)
 app.add_typer(db_app, name="db")
+app.add_typer(contract_app, name="contract")
 
 
 def main() -> None:
