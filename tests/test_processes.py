@@ -51,6 +51,11 @@ def answers(workers: list[subprocess.Popen[str]]) -> list[dict[str, Any]]:
     return [json.loads(output.strip().splitlines()[-1]) for output in outputs]
 
 
+def has_started(work: Path) -> bool:
+    """Whether a worker has begun its write (it leaves a file: processes share no loop)."""
+    return any(work.glob("started-*"))
+
+
 def effects(work: Path) -> list[str]:
     path = work / "effects"
     return path.read_text().split() if path.exists() else []
@@ -90,7 +95,7 @@ async def test_a_killed_writer_leaves_an_expiring_lease_and_no_second_effect(
         (tmp_path / "go").touch()
         victim = start_worker(tmp_path, options, hold_seconds=60)
         deadline = time.monotonic() + 30
-        while not list(tmp_path.glob("started-*")) and time.monotonic() < deadline:
+        while not has_started(tmp_path) and time.monotonic() < deadline:  # noqa: ASYNC110
             await asyncio.sleep(0.02)
         victim.send_signal(signal.SIGKILL)
         victim.wait(timeout=10)
