@@ -10,6 +10,7 @@ import typer
 
 from reconciler.cli._contract import contract_app
 from reconciler.cli._db import db_app
+from reconciler.cli._demo import demo
 from reconciler.cli._status import status
 
 app = typer.Typer(
@@ -21,6 +22,7 @@ app = typer.Typer(
     no_args_is_help=True,
     pretty_exceptions_show_locals=False,
 )
+app.command("demo")(demo)
 app.command("status")(status)
 app.add_typer(db_app, name="db")
 app.add_typer(contract_app, name="contract")
