@@ -6,7 +6,15 @@ The ledger is the source of truth of writesafe. It imports neither `idempotency`
 from ledger._clock import Clock, ManualClock, SystemClock
 from ledger._engine import DEFAULT_DATABASE_URL, UnsupportedDatabase, create_engine
 from ledger._json import canonical_json, dumps_json, loads_json
-from ledger._ledger import LEASE_EXPIRED, Claim, DueBatch, Intent, Ledger, Outcome
+from ledger._ledger import (
+    LEASE_EXPIRED,
+    Claim,
+    DueBatch,
+    Intent,
+    Ledger,
+    Outcome,
+    Settlement,
+)
 from ledger._migrations import LedgerNotMigrated, head_revision
 from ledger._models import Attempt, Base, Operation
 from ledger._records import AttemptKind, AttemptRecord, OperationRecord
@@ -38,6 +46,7 @@ __all__ = [
     "Operation",
     "OperationRecord",
     "Outcome",
+    "Settlement",
     "Status",
     "SystemClock",
     "UnsupportedDatabase",
