@@ -578,10 +578,12 @@ def _due_query(
 def _claimable(
     due: _Due, now: datetime, limit: int, tools: Sequence[str], sent_before: datetime | None
 ) -> Select[Any]:
-    # The longest-due rows nobody else holds; locked until the claim commits.
+    # The longest-due rows nobody else holds; locked until the claim commits. The order is the
+    # index's own, so the scan stops after `limit` rows however many are due (any tiebreaker
+    # column would make PostgreSQL sort the whole due set on every claim).
     return (
         _due_query(due, now, tools, sent_before)
-        .order_by(due.column, operations.c.id)
+        .order_by(due.column)
         .limit(limit)
         .with_for_update(skip_locked=True)
     )

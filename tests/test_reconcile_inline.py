@@ -7,18 +7,10 @@ import asyncio
 import pytest
 
 from idempotency import Found, LookupOperation, NotFound, Status, Unknown, WriteSafeError
-from ledger import AttemptKind, Intent, ManualClock
+from ledger import AttemptKind, Intent, ManualClock, Outcome
 from reconciler import LookupResult
 from tests.conftest import MakeWriteSafe
-from tests.reconcile_support import Shop, order_tool
-
-
-async def unknown_outcome(call: object) -> WriteSafeError:
-    """Await a call that must end in OUTCOME_UNKNOWN and return its error."""
-    with pytest.raises(WriteSafeError) as raised:
-        await call  # type: ignore[misc]
-    assert raised.value.code == "OUTCOME_UNKNOWN", raised.value.envelope
-    return raised.value
+from tests.reconcile_support import Shop, order_tool, unknown_outcome
 
 
 async def test_hit_returns_the_found_result_without_executing(make_ws: MakeWriteSafe) -> None:
@@ -239,8 +231,6 @@ async def test_a_crashed_execution_is_looked_up_once_its_lease_expires(
     assert order == {"order_id": "o-1", "sku": "A1"}
     assert shop.placed == 1
     # The dead worker's late report is fenced off: the found result stands.
-    from ledger import Outcome
-
     late = await ws.ledger.finish(claim.operation, "dead-worker", Outcome(Status.FAILED))
     assert late is None
     status = await ws.status("ord-10")

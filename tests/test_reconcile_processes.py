@@ -23,6 +23,7 @@ from sqlalchemy import func, insert, select
 
 from idempotency import Status
 from ledger import Attempt, AttemptKind, Ledger, Operation, dumps_json
+from reconciler._single import SingleWorkerLock
 from tests.apps.shop_db import ShopDB
 from tests.conftest import PG_URL, run_sync
 
@@ -98,7 +99,9 @@ def deployment(
     run_sync(made.shop.close())
 
 
-@pytest.mark.parametrize("backend", ["sqlite", "postgres"])
+@pytest.mark.parametrize(
+    "backend", ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)]
+)
 def test_a_worker_killed_after_the_commit_is_reconciled_by_the_cli(
     deployment: Deployment, tmp_path: Path
 ) -> None:
@@ -301,5 +304,85 @@ async def _ledger_view(deployment: Deployment) -> dict[str, Any]:
                 "statuses": dict(statuses),
                 "succeeded_keys": set(succeeded),
             }
+    finally:
+        await ledger.close()
+
+
+# -- the command line, as operators run it -----------------------------------------------
+
+
+@pytest.mark.parametrize("backend", ["sqlite"])
+def test_writesafe_resolve_settles_needs_attention_on_the_record(deployment: Deployment) -> None:
+    run_sync(_seed_needs_attention(deployment, "ord-stuck"))
+    resolve = (str(WRITESAFE), "resolve", "ord-stuck", "--app", "tests.apps.shop_app:ws")
+    reason = ("--reason", "order 7 is in the shop's back office", "--actor", "alice")
+
+    resolved = deployment.run(
+        *resolve, "--outcome", "succeeded", "--result", '{"order_id": 7, "sku": "A1"}', *reason,
+        "--evidence", '{"ticket": "OPS-7"}', "--json",
+    )  # fmt: skip
+
+    assert resolved.returncode == 0, resolved.stderr
+    status = json.loads(resolved.stdout)
+    assert (status["status"], status["result"]) == ("succeeded", {"order_id": 7, "sku": "A1"})
+    operator = status["attempts"][-1]
+    assert (operator["kind"], operator["actor"], operator["reason"]) == (
+        "operator",
+        "alice",
+        "order 7 is in the shop's back office",
+    )
+    assert operator["evidence"]["operator_evidence"] == {"ticket": "OPS-7"}
+    again = deployment.run(*resolve, "--outcome", "failed", *reason)
+    assert again.returncode == 1
+    assert "only needs_attention operations are resolved" in again.stderr
+    missing = deployment.run(
+        str(WRITESAFE), "resolve", "nope", "--app", "tests.apps.shop_app:ws",
+        "--outcome", "failed", *reason,
+    )  # fmt: skip
+    assert missing.returncode == 4
+    bad = deployment.run(*resolve, "--outcome", "succeeded", "--result", "{oops", *reason)
+    assert bad.returncode == 2
+    assert "--result is not valid JSON" in bad.stderr
+
+
+@pytest.mark.parametrize("backend", ["sqlite"])
+def test_writesafe_reconcile_reports_and_refuses_clearly(deployment: Deployment) -> None:
+    run_sync(_seed_unknown(deployment, ["k1", "k2"]))
+    run_sync(deployment.shop.seed(["k1"], "A1"))
+    reconcile = (str(WRITESAFE), "reconcile", "tests.apps.shop_app:ws")
+
+    unknown_tool = deployment.run(*reconcile, "--tool", "nope")
+    assert unknown_tool.returncode == 2
+    assert "no tool named 'nope'" in unknown_tool.stderr
+    database = Path(deployment.ledger_url.removeprefix("sqlite+aiosqlite:///"))
+    held = SingleWorkerLock(database)
+    held.acquire()
+    try:
+        busy = deployment.run(*reconcile, "--once")
+    finally:
+        held.release()
+    assert busy.returncode == 1
+    assert "one reconciler at a time" in " ".join(busy.stderr.split())
+
+    done = deployment.run(*reconcile, "--once")
+
+    assert done.returncode == 0, done.stderr
+    assert "reconciliation" in done.stdout
+    rows = dict(line.strip("│ ").split("│")[:2] for line in done.stdout.splitlines() if "│" in line)
+    counts = {label.strip(): value.strip() for label, value in rows.items()}
+    assert (counts["examined"], counts["found (succeeded)"]) == ("2", "1")
+    assert counts["absent (failed, may continue)"] == "1"
+
+
+async def _seed_needs_attention(deployment: Deployment, key: str) -> None:
+    await _seed_unknown(deployment, [key])
+    ledger = deployment.ledger()
+    try:
+        async with ledger.engine.begin() as conn:
+            await conn.execute(
+                operations.update()
+                .where(operations.c.key == key)
+                .values(status=Status.NEEDS_ATTENTION.value, next_check_at=None, checks=10)
+            )
     finally:
         await ledger.close()
