@@ -26,7 +26,19 @@ from idempotency._settings import WriteSafeSettings
 from idempotency._tool import Invocation, Tool
 from idempotency._writesafe import WriteSafe
 from ledger import Status
-from reconciler import ErrorEnvelope, Found, NotFound, OperationStatus, ToolError, Unknown
+from reconciler import (
+    ErrorEnvelope,
+    Found,
+    LookupOperation,
+    NotFound,
+    OperationNotFound,
+    OperationStatus,
+    ReconcilerBusy,
+    ReconcileReport,
+    ResolutionRefused,
+    ToolError,
+    Unknown,
+)
 
 if TYPE_CHECKING:
     from idempotency._fastapi import REPLAYED_HEADER, idempotent_route
@@ -48,9 +60,14 @@ __all__ = [
     "ErrorEnvelope",
     "Found",
     "Invocation",
+    "LookupOperation",
     "NotFound",
     "OperationContext",
+    "OperationNotFound",
     "OperationStatus",
+    "ReconcileReport",
+    "ReconcilerBusy",
+    "ResolutionRefused",
     "Status",
     "Tool",
     "ToolError",

@@ -1,9 +1,19 @@
-"""What may happen next: the error contract, adapters, continuation policy, lookups and views.
+"""What may happen next: the error contract, adapters, continuation policy, lookups, views, and
+reconciliation (jobs and operator resolution).
 
 Imports `ledger` only. Its `cli` and `service` entry packages may also import `idempotency`.
 """
 
+from reconciler._absence import Absence, after_absence
 from reconciler._adapters import DEFAULT_ADAPTER, Adapter
+from reconciler._check import (
+    Check,
+    Lookup,
+    LookupOperation,
+    LookupOutcome,
+    LookupSpec,
+    run_lookup,
+)
 from reconciler._classify import Classification, classify_exception, exception_evidence
 from reconciler._continuation import Continuation, FailedOperation, decide_continuation
 from reconciler._contract import (
@@ -31,11 +41,19 @@ from reconciler._problem import (
     from_problem,
     to_problem,
 )
+from reconciler._reconcile import ReconcilePolicy, Reconciler, ReconcileReport
+from reconciler._resolve import (
+    OperationNotFound,
+    Resolution,
+    ResolutionRefused,
+    resolve_operation,
+)
 from reconciler._response import DownstreamError, RawResponse, response_of
 from reconciler._retry import DEFAULT_RETRY_POLICY, RetryBudget, RetryPolicy, RetrySignal, wait_max
 from reconciler._retry_after import MAX_RETRY_AFTER_MS, parse_retry_after
 from reconciler._rules import NOT_JSON, ResponseAdapter, Rule
 from reconciler._schema import envelope_json_schema
+from reconciler._single import ReconcilerBusy
 from reconciler._tool_error import ToolError
 from reconciler._views import AttemptView, OperationStatus, attempts_left, operation_info
 from reconciler._webmcp import WEBMCP_CODES, WebMcpCode, from_webmcp, to_webmcp
@@ -54,8 +72,10 @@ __all__ = [
     "PROBLEM_MEDIA_TYPE",
     "SCHEMA",
     "WEBMCP_CODES",
+    "Absence",
     "Adapter",
     "AttemptView",
+    "Check",
     "Classification",
     "Code",
     "CodeRegistry",
@@ -65,13 +85,24 @@ __all__ = [
     "ErrorEnvelope",
     "FailedOperation",
     "Found",
+    "Lookup",
+    "LookupOperation",
+    "LookupOutcome",
     "LookupResult",
+    "LookupSpec",
     "NextAction",
     "NotFound",
     "OperationInfo",
+    "OperationNotFound",
     "OperationStatus",
     "Problem",
     "RawResponse",
+    "ReconcilePolicy",
+    "ReconcileReport",
+    "Reconciler",
+    "ReconcilerBusy",
+    "Resolution",
+    "ResolutionRefused",
     "ResponseAdapter",
     "RetryBudget",
     "RetryPolicy",
@@ -83,6 +114,7 @@ __all__ = [
     "UnknownCode",
     "Verdict",
     "WebMcpCode",
+    "after_absence",
     "attempts_left",
     "classify_exception",
     "decide_continuation",
@@ -94,7 +126,9 @@ __all__ = [
     "operation_info",
     "parse_retry_after",
     "read_envelope",
+    "resolve_operation",
     "response_of",
+    "run_lookup",
     "to_call_tool_result",
     "to_problem",
     "to_webmcp",

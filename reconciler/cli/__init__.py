@@ -11,6 +11,8 @@ import typer
 from reconciler.cli._contract import contract_app
 from reconciler.cli._db import db_app
 from reconciler.cli._demo import demo
+from reconciler.cli._reconcile import reconcile
+from reconciler.cli._resolve import resolve
 from reconciler.cli._status import status
 
 app = typer.Typer(
@@ -24,6 +26,8 @@ app = typer.Typer(
 )
 app.command("demo")(demo)
 app.command("status")(status)
+app.command("reconcile")(reconcile)
+app.command("resolve")(resolve)
 app.add_typer(db_app, name="db")
 app.add_typer(contract_app, name="contract")
 
