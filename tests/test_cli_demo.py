@@ -22,6 +22,10 @@ def test_demo_runs_the_story_without_a_second_order() -> None:
     assert answers["same key, new payload"].startswith("KEY_REUSED")
     assert answers["invalid postcode"].startswith("INPUT_INVALID")
     assert answers["timeout after commit"].startswith("OUTCOME_UNKNOWN")
+    # The retry's lookup finds the order the shop committed and returns it: no second order.
+    assert answers["retry after timeout"] == f"result {orders['ord-5']}"
+    assert operations["ord-5"]["status"] == "succeeded"
+    assert operations["ord-5"]["executions"] == 1
     assert operations["ord-3"]["executions"] == 2  # the busy shop was retried within bounds
     assert operations["ord-4"]["executions"] == 1  # invalid input is not retried
     assert sorted(orders) == ["ord-1", "ord-2", "ord-3", "ord-5"]  # one order per key
