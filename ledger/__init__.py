@@ -3,12 +3,13 @@
 The ledger is the source of truth of writesafe. It imports neither `idempotency` nor `reconciler`.
 """
 
+from ledger._api_keys import ApiKeyRecord, ApiKeys, Role
 from ledger._clock import Clock, ManualClock, SystemClock
 from ledger._engine import DEFAULT_DATABASE_URL, UnsupportedDatabase, create_engine
 from ledger._json import canonical_json, dumps_json, loads_json
 from ledger._ledger import Claim, Intent, Ledger, Outcome
 from ledger._migrations import LedgerNotMigrated, head_revision
-from ledger._models import Attempt, Base, Operation
+from ledger._models import ApiKey, Attempt, Base, Operation
 from ledger._records import AttemptKind, AttemptRecord, OperationRecord
 from ledger._states import (
     FINAL_STATES,
@@ -22,6 +23,9 @@ __all__ = [
     "DEFAULT_DATABASE_URL",
     "FINAL_STATES",
     "TRANSITIONS",
+    "ApiKey",
+    "ApiKeyRecord",
+    "ApiKeys",
     "Attempt",
     "AttemptKind",
     "AttemptRecord",
@@ -36,6 +40,7 @@ __all__ = [
     "Operation",
     "OperationRecord",
     "Outcome",
+    "Role",
     "Status",
     "SystemClock",
     "UnsupportedDatabase",

@@ -23,7 +23,13 @@ from reconciler._contract import (
 )
 from reconciler._lookup import Found, LookupResult, NotFound, Unknown
 from reconciler._tool_error import ToolError
-from reconciler._views import AttemptView, OperationStatus, attempts_left, operation_info
+from reconciler._views import (
+    AttemptView,
+    OperationStatus,
+    OperationSummary,
+    attempts_left,
+    operation_info,
+)
 
 __all__ = [
     "BUILTIN_VERDICTS",
@@ -47,6 +53,7 @@ __all__ = [
     "NotFound",
     "OperationInfo",
     "OperationStatus",
+    "OperationSummary",
     "SideEffects",
     "ToolError",
     "Unknown",
