@@ -22,6 +22,14 @@ from reconciler._contract import (
     Verdict,
 )
 from reconciler._lookup import Found, LookupResult, NotFound, Unknown
+from reconciler._mcp import from_call_tool_result, to_call_tool_result
+from reconciler._problem import (
+    HTTP_STATUS,
+    PROBLEM_MEDIA_TYPE,
+    Problem,
+    from_problem,
+    to_problem,
+)
 from reconciler._tool_error import ToolError
 from reconciler._views import (
     AttemptView,
@@ -30,13 +38,18 @@ from reconciler._views import (
     attempts_left,
     operation_info,
 )
+from reconciler._webmcp import WEBMCP_CODES, WebMcpCode, from_webmcp, to_webmcp
+from reconciler._wire import read_envelope
 
 __all__ = [
     "BUILTIN_VERDICTS",
     "CODES",
     "DEFAULT_ADAPTER",
+    "HTTP_STATUS",
     "MESSAGE_LIMIT",
+    "PROBLEM_MEDIA_TYPE",
     "SCHEMA",
+    "WEBMCP_CODES",
     "Adapter",
     "AttemptView",
     "Classification",
@@ -54,14 +67,23 @@ __all__ = [
     "OperationInfo",
     "OperationStatus",
     "OperationSummary",
+    "Problem",
     "SideEffects",
     "ToolError",
     "Unknown",
     "UnknownCode",
     "Verdict",
+    "WebMcpCode",
     "attempts_left",
     "classify_exception",
     "decide_continuation",
     "exception_evidence",
+    "from_call_tool_result",
+    "from_problem",
+    "from_webmcp",
     "operation_info",
+    "read_envelope",
+    "to_call_tool_result",
+    "to_problem",
+    "to_webmcp",
 ]
