@@ -7,15 +7,15 @@ not. `create_app(ws)` builds the FastAPI application; `writesafe serve module:ws
 from reconciler.service._api_keys import MAX_TOKEN_LENGTH, create_api_key, hash_token
 from reconciler.service._app import VERSION, create_app
 from reconciler.service._auth import Principal
-from reconciler.service._problems import PROBLEM_JSON, Problem
+from reconciler.service._problems import EnvelopeProblem, ProblemDetails
 from reconciler.service._settings import ServiceSettings
 
 __all__ = [
     "MAX_TOKEN_LENGTH",
-    "PROBLEM_JSON",
     "VERSION",
+    "EnvelopeProblem",
     "Principal",
-    "Problem",
+    "ProblemDetails",
     "ServiceSettings",
     "create_api_key",
     "create_app",

@@ -24,6 +24,7 @@ from reconciler.service._problems import (
     envelope_error,
     http_error,
     problem_response,
+    unavailable,
     validation_error,
 )
 from reconciler.service._settings import ServiceSettings
@@ -64,13 +65,11 @@ def create_app(ws: WriteSafe, settings: ServiceSettings | None = None) -> Servic
 
 
 async def _unavailable(_request: Request, _error: Any) -> JSONResponse:
-    return problem_response(
-        503, "a store did not answer; nothing was changed", headers={"Retry-After": "1"}
-    )
+    return unavailable("a store did not answer; nothing was changed")
 
 
 async def _not_migrated(_request: Request, _error: Any) -> JSONResponse:
-    return problem_response(503, "the ledger schema is not current: run `writesafe db upgrade`")
+    return unavailable("the ledger schema is not current: run `writesafe db upgrade`")
 
 
 async def _internal(_request: Request, _error: Any) -> JSONResponse:

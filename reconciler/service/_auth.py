@@ -1,10 +1,9 @@
 """Bearer API keys: who is calling, for which tenant scope, in which role.
 
 A key sees only its own scope. Operations of other scopes answer 404 exactly like missing ones,
-so a key cannot probe which keys another tenant uses.
+so a key cannot probe which keys another tenant uses. (No `from __future__ import annotations`:
+FastAPI must resolve the dependencies' local `Annotated` aliases.)
 """
-
-from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass

@@ -1,7 +1,5 @@
 """Liveness, readiness and metrics: what orchestrators and Prometheus ask."""
 
-from __future__ import annotations
-
 import asyncio
 from collections.abc import Awaitable, Callable
 from typing import Annotated, Any
@@ -15,7 +13,7 @@ from reconciler.service._context import ServiceContext
 from reconciler.service._metrics import refresh_pending
 from reconciler.service._models import Health, Readiness
 from reconciler.service._openapi import problems
-from reconciler.service._problems import problem_response
+from reconciler.service._problems import unavailable
 
 Check = Callable[[], Awaitable[None]]
 
@@ -41,9 +39,7 @@ def health_router(
             checks["redis"] = _redis(ctx)
         results = {name: await _run(check, ctx.settings.ready_timeout) for name, check in checks.items()}
         if any(result != "ok" for result in results.values()):
-            return problem_response(
-                503, "a store did not answer", headers={"Retry-After": "5"}, extensions={"checks": results}
-            )
+            return unavailable("a store did not answer", extensions={"checks": results})
         return Readiness(checks=results)
 
     @router.get(

@@ -7,7 +7,8 @@ from typing import Any
 
 from fastapi import FastAPI
 
-from reconciler.service._problems import PROBLEM_JSON, Problem
+from reconciler import PROBLEM_MEDIA_TYPE
+from reconciler.service._problems import ENVELOPE_STATUSES, EnvelopeProblem, ProblemDetails
 
 _HEADERS: dict[int, dict[str, Any]] = {
     401: {
@@ -20,20 +21,19 @@ _HEADERS: dict[int, dict[str, Any]] = {
     503: {
         "Retry-After": {
             "description": "Seconds to wait before trying again.",
-            "schema": {"type": "string"},
+            "schema": {"type": "string", "pattern": "^[0-9]+$"},
         }
     },
 }
 
 _DESCRIPTIONS = {
-    400: "Malformed request (e.g. the body is not JSON, or a cursor this service did not make).",
-    401: "No API key, or one that is unknown or revoked.",
-    403: "The API key's role does not allow this.",
+    401: "No API key, or one that is unknown or revoked (AUTH_REQUIRED).",
+    403: "The API key's role does not allow this (ACCESS_DENIED).",
     404: "No operation under that key in the API key's scope.",
     409: "The operation is not in a state this action applies to.",
     413: "The request body is larger than the service accepts.",
-    422: "The request does not match the schema.",
-    503: "The ledger or Redis did not answer; nothing was changed.",
+    422: "The request is malformed or does not match the schema (INPUT_INVALID).",
+    503: "The ledger or Redis did not answer; nothing was changed (TEMP_UNAVAILABLE).",
 }
 
 
@@ -41,7 +41,7 @@ def problems(*statuses: int) -> dict[int | str, dict[str, Any]]:
     """`responses=` entries documenting each status as a problem."""
     return {
         status: {
-            "model": Problem,
+            "model": EnvelopeProblem if status in ENVELOPE_STATUSES else ProblemDetails,
             "description": _DESCRIPTIONS.get(status, HTTPStatus(status).phrase),
             **({"headers": _HEADERS[status]} if status in _HEADERS else {}),
         }
@@ -60,6 +60,6 @@ class ServiceApp(FastAPI):
                     for status, response in operation.get("responses", {}).items():
                         content = response.get("content", {})
                         if int(status) >= 400 and "application/json" in content:
-                            content[PROBLEM_JSON] = content.pop("application/json")
+                            content[PROBLEM_MEDIA_TYPE] = content.pop("application/json")
             self.openapi_schema = schema
         return self.openapi_schema

@@ -1,6 +1,7 @@
-"""`/v1/operations`: status by key, listing, and attempts, each within the API key's scope."""
+"""`/v1/operations`: status by key, listing, and attempts, each within the API key's scope.
 
-from __future__ import annotations
+No `from __future__ import annotations`: FastAPI must resolve the routes' local `Annotated` aliases.
+"""
 
 from collections.abc import Awaitable, Callable
 from datetime import timedelta
@@ -9,6 +10,7 @@ from typing import Annotated
 from fastapi import APIRouter, Depends, HTTPException, Path, Query
 
 from idempotency import MAX_KEY_LENGTH, OperationStatus, WriteSafe, WriteSafeError
+from idempotency._errors import invalid_input
 from idempotency._keys import validate_key
 from ledger import Status
 from reconciler import OperationSummary
@@ -65,7 +67,7 @@ def operations_router(
     @router.get(
         "/operations",
         response_model=OperationPage,
-        responses=problems(400, 401, 422, 503),
+        responses=problems(401, 422, 503),
         summary="Operations by status, tool and age, oldest change first (keyset-paginated)",
     )
     async def list_operations(
@@ -93,7 +95,7 @@ def operations_router(
         try:
             after = None if cursor is None else decode_cursor(cursor)
         except InvalidCursor as error:
-            raise HTTPException(400, str(error)) from error
+            raise invalid_input("cursor", str(error)) from error
         if tool is not None and not _usable(tool):
             return OperationPage(items=[], next_cursor=None)  # no tool can have that name
         await ctx.ws.guard()

@@ -1,22 +1,30 @@
 """Every error the service answers is RFC 9457 problem+json, whatever raised it.
 
-Starlette and FastAPI answer their own errors (404, 405, validation) in plain JSON; the handlers
-here re-render them, so a client parses one error shape from every endpoint and status.
+Errors the contract has a code for (401 AUTH_REQUIRED, 403 ACCESS_DENIED, 422 INPUT_INVALID,
+503 TEMP_UNAVAILABLE, and any `WriteSafeError`) are the envelope rendered by
+`reconciler.to_problem`, so software branches on `code` here as everywhere else. The rest (404,
+405, 409, 413, 500) are plain `about:blank` problems. Starlette and FastAPI answer their own errors
+in plain JSON; the handlers below re-render them.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from http import HTTPStatus
 from typing import Any
 
 from fastapi import Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, create_model
 from starlette.exceptions import HTTPException
 
-PROBLEM_JSON = "application/problem+json"
+from idempotency import WriteSafeError
+from reconciler import CODES, PROBLEM_MEDIA_TYPE, Code, ErrorEnvelope, to_problem
+
+# HTTP errors that are contract codes; the contract's table gives each the same status back.
+_ENVELOPE_CODES = {401: Code.AUTH_REQUIRED, 403: Code.ACCESS_DENIED, 503: Code.TEMP_UNAVAILABLE}
+ENVELOPE_STATUSES = frozenset({*_ENVELOPE_CODES, 422})
 
 
 class InvalidParam(BaseModel):
@@ -27,8 +35,8 @@ class InvalidParam(BaseModel):
     detail: str
 
 
-class Problem(BaseModel):
-    """An RFC 9457 problem; members beyond these are extensions (e.g. the error envelope)."""
+class ProblemDetails(BaseModel):
+    """An RFC 9457 problem; members beyond these are extensions."""
 
     model_config = ConfigDict(extra="allow")
 
@@ -37,7 +45,15 @@ class Problem(BaseModel):
     status: int = Field(ge=400, le=599)
     detail: str | None = None
     instance: str | None = None
-    errors: list[InvalidParam] | None = None
+
+
+EnvelopeProblem: type[BaseModel] = create_model(  # the envelope's own fields, not a copy of them
+    "EnvelopeProblem",
+    __base__=ProblemDetails,
+    __doc__="A problem carrying the writesafe.error/1 envelope as extension members.",
+    errors=(list[InvalidParam] | None, Field(default=None, description="Every invalid input.")),
+    **{name: (info.annotation, info) for name, info in ErrorEnvelope.model_fields.items()},
+)
 
 
 def problem_response(
@@ -45,45 +61,75 @@ def problem_response(
     detail: str | None = None,
     *,
     headers: Mapping[str, str] | None = None,
-    errors: Sequence[InvalidParam] | None = None,
     extensions: Mapping[str, Any] | None = None,
 ) -> JSONResponse:
     """A plain problem: `about:blank` with the status phrase as title (RFC 9457 §4.2.1)."""
-    problem = Problem(
-        title=HTTPStatus(status).phrase,
-        status=status,
-        detail=detail,
-        errors=list(errors) if errors is not None else None,
-        **(extensions or {}),
+    body = ProblemDetails(
+        title=HTTPStatus(status).phrase, status=status, detail=detail, **(extensions or {})
     )
     return JSONResponse(
-        problem.model_dump(mode="json", exclude_none=True),
+        body.model_dump(mode="json", exclude_none=True),
         status_code=status,
         headers=dict(headers or {}),
-        media_type=PROBLEM_JSON,
+        media_type=PROBLEM_MEDIA_TYPE,
     )
+
+
+def envelope_response(
+    envelope: ErrorEnvelope,
+    *,
+    headers: Mapping[str, str] | None = None,
+    extensions: Mapping[str, Any] | None = None,
+) -> JSONResponse:
+    """The contract's problem+json rendering of `envelope`, plus any extension members."""
+    problem = to_problem(envelope)
+    body = {**problem.body, **(extensions or {})}
+    return JSONResponse(
+        body, status_code=problem.status, headers={**problem.headers, **(headers or {})}
+    )
+
+
+def unavailable(message: str, extensions: Mapping[str, Any] | None = None) -> JSONResponse:
+    """503 TEMP_UNAVAILABLE: nothing was changed, try again shortly."""
+    envelope = CODES.envelope(Code.TEMP_UNAVAILABLE, message, retry_after_ms=1_000)
+    return envelope_response(envelope, extensions=extensions)
+
+
+async def envelope_error(_request: Request, error: Exception) -> JSONResponse:
+    """A `WriteSafeError` raised by the library (e.g. the ledger could not be reached)."""
+    assert isinstance(error, WriteSafeError)
+    return envelope_response(error.envelope)
 
 
 async def http_error(_request: Request, error: Exception) -> JSONResponse:
     """Starlette/FastAPI HTTP errors (404, 405 with its Allow header, 401, 403, 413…)."""
     assert isinstance(error, HTTPException)
     detail = error.detail if error.detail != HTTPStatus(error.status_code).phrase else None
+    code = _ENVELOPE_CODES.get(error.status_code)
+    if code is not None:
+        message = detail or HTTPStatus(error.status_code).phrase
+        return envelope_response(CODES.envelope(code, message), headers=error.headers)
     return problem_response(error.status_code, detail, headers=error.headers)
 
 
 async def validation_error(_request: Request, error: Exception) -> JSONResponse:
-    """Malformed JSON is a 400; a well-formed request that breaks the schema is a 422."""
+    """Malformed JSON and schema violations alike: INPUT_INVALID naming every invalid input."""
     assert isinstance(error, RequestValidationError)
     issues = [_issue(e) for e in error.errors()]
-    if any(e.get("type") == "json_invalid" for e in error.errors()):
-        return problem_response(400, "the request body is not valid JSON", errors=issues)
-    return problem_response(422, "the request does not match the schema", errors=issues)
+    field = (issues[0].pointer or issues[0].location) if issues else None
+    envelope = CODES.envelope(
+        Code.INPUT_INVALID, "the request does not match the schema", field=field
+    )
+    return envelope_response(envelope, extensions={"errors": [i.model_dump() for i in issues]})
 
 
 def _issue(error: Mapping[str, Any]) -> InvalidParam:
     location, *path = (str(part) for part in error.get("loc", ()))
+    if error.get("type") == "json_invalid":
+        reason = error.get("ctx", {}).get("error", "invalid JSON")
+        return InvalidParam(location="body", pointer="", detail=f"not JSON: {reason}")
     if location == "body":
-        pointer = "/" + "/".join(p.replace("~", "~0").replace("/", "~1") for p in path)
+        pointer = "".join("/" + p.replace("~", "~0").replace("/", "~1") for p in path)
     else:
         pointer = ".".join(path)
     return InvalidParam(location=location, pointer=pointer, detail=str(error.get("msg", "")))

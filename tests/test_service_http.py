@@ -1,0 +1,210 @@
+"""The service through real HTTP: every endpoint, both roles, tenant isolation.
+
+Each test runs on every ledger backend (SQLite, PostgreSQL, PostgreSQL+Redis) and through two
+transports: httpx against the ASGI app in-process, and httpx against uvicorn on loopback.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import AsyncIterator
+from datetime import datetime
+
+from typing import Any
+
+import httpx
+import pytest
+
+from ledger import ApiKeys, Role, Status
+from reconciler import PROBLEM_MEDIA_TYPE
+from reconciler.service import create_app
+from tests.conftest import MakeWriteSafe
+from tests.service_support import SCOPES, Service, issue_keys, seed, served
+
+A, B = SCOPES
+READER, OPERATOR = Role.READER, Role.OPERATOR
+
+
+@pytest.fixture(params=["asgi", "uvicorn"])
+async def service(request: pytest.FixtureRequest, make_ws: MakeWriteSafe) -> AsyncIterator[Service]:
+    ws = make_ws()
+    await ws.start()
+    tokens = await issue_keys(ws)
+    async with served(create_app(ws), request.param) as (base_url, transport):
+        yield Service(ws, base_url, transport, tokens)
+
+
+def assert_problem(response: httpx.Response, status: int, code: str | None = None) -> dict[str, Any]:
+    assert response.status_code == status, response.text
+    assert response.headers["content-type"] == PROBLEM_MEDIA_TYPE
+    body = response.json()
+    assert body["status"] == status
+    assert isinstance(body["title"], str) and body["title"]
+    if code is None:
+        assert body["type"] == "about:blank"
+        assert "code" not in body
+    else:
+        assert body["code"] == code
+        assert body["schema"] == "writesafe.error/1"
+        assert body["type"].endswith(code)
+    return dict(body)
+
+
+async def test_health_needs_no_key(service: Service) -> None:
+    async with service.client() as client:
+        health = await client.get("/healthz")
+        ready = await client.get("/readyz")
+    assert health.status_code == 200 and health.json() == {"status": "ok"}
+    assert ready.status_code == 200
+    expected = {"database": "ok"} | ({"redis": "ok"} if service.ws.keystore else {})
+    assert ready.json() == {"status": "ready", "checks": expected}
+
+
+@pytest.mark.parametrize(
+    "path",
+    ["/v1/operations", "/v1/operations/ok", "/v1/operations/ok/attempts", "/metrics"],
+)
+async def test_every_other_endpoint_needs_a_valid_key(service: Service, path: str) -> None:
+    revoked_token = service.tokens[A, OPERATOR]
+    store = ApiKeys(service.ws.ledger.engine)
+    key_id = revoked_token.split("_")[1]
+    assert (await store.revoke(key_id)) is not None
+    attempts = {
+        "no header": None,
+        "unknown key": "wsk_0123456789ab_" + "x" * 43,
+        "revoked key": revoked_token,
+        "not a key": "hunter2",
+        "oversized": "wsk_" + "a" * 10_000,
+    }
+    for label, token in attempts.items():
+        async with service.client(token) as client:
+            response = await client.get(path)
+        body = assert_problem(response, 401, "AUTH_REQUIRED")
+        assert response.headers["www-authenticate"].startswith("Bearer"), label
+        assert body["next_action"] == "authenticate"
+    async with service.client(headers={"Authorization": "Basic dXNlcjpwYXNz"}) as client:
+        assert_problem(await client.get(path), 401, "AUTH_REQUIRED")
+
+
+@pytest.mark.parametrize("role", [READER, OPERATOR])
+async def test_status_by_key_for_each_state(service: Service, role: Role) -> None:
+    seeded = await seed(service.ws, A)
+    async with service.as_(A, role) as client:
+        for key, status in seeded.items():
+            response = await client.get(f"/v1/operations/{key}")
+            assert response.status_code == 200, response.text
+            body = response.json()
+            assert (body["key"], body["scope"], body["status"]) == (key, A, status.value)
+            assert body["tool"] == "submit_order"
+            assert body["attempts"][0]["kind"] == "execution"
+    async with service.as_(A, role) as client:
+        ok = (await client.get("/v1/operations/ok")).json()
+        denied = (await client.get("/v1/operations/denied")).json()
+    assert ok["result"] == {"order_id": "o-1", "sku": "A1"}
+    assert ok["error"] is None
+    assert denied["error"]["code"] == "ACCESS_DENIED"
+    assert denied["result"] is None
+
+
+async def test_attempts_of_an_operation(service: Service) -> None:
+    await seed(service.ws, A)
+    async with service.as_(A, READER) as client:
+        response = await client.get("/v1/operations/lost/attempts")
+    assert response.status_code == 200
+    body = response.json()
+    assert body["key"] == "lost"
+    [attempt] = body["items"]
+    assert (attempt["kind"], attempt["execution"], attempt["code"]) == (
+        "execution",
+        1,
+        "OUTCOME_UNKNOWN",
+    )
+    assert attempt["error"]["side_effects"] == "unknown"
+
+
+async def test_a_key_never_sees_another_scope(service: Service) -> None:
+    await seed(service.ws, A)
+    async with service.as_(B, OPERATOR) as client:
+        foreign = await client.get("/v1/operations/ok")
+        missing = await client.get("/v1/operations/never-used")
+        foreign_attempts = await client.get("/v1/operations/ok/attempts")
+        listing = await client.get("/v1/operations")
+    # Another scope's operation is indistinguishable from one that does not exist.
+    assert_problem(foreign, 404)
+    assert_problem(foreign_attempts, 404)
+    assert foreign.json() == missing.json()
+    assert listing.json() == {"items": [], "next_cursor": None}
+
+
+async def test_listing_filters_and_stays_in_scope(service: Service) -> None:
+    seeded = await seed(service.ws, A)
+    await seed(service.ws, B, prefix="b-")
+    async with service.as_(A, READER) as client:
+        everything = (await client.get("/v1/operations")).json()
+        unknown = (await client.get("/v1/operations", params={"status": "outcome_unknown"})).json()
+        two = await client.get(
+            "/v1/operations", params=[("status", "succeeded"), ("status", "needs_attention")]
+        )
+        by_tool = (await client.get("/v1/operations", params={"tool": "submit_order"})).json()
+        other_tool = (await client.get("/v1/operations", params={"tool": "b-submit_order"})).json()
+        recent = (await client.get("/v1/operations", params={"older_than": 3600})).json()
+        old_enough = (await client.get("/v1/operations", params={"older_than": 0})).json()
+    assert {op["key"] for op in everything["items"]} == set(seeded)
+    assert all(op["scope"] == A and "attempts" not in op for op in everything["items"])
+    assert [op["key"] for op in unknown["items"]] == ["lost"]
+    assert {op["key"] for op in two.json()["items"]} == {"ok", "stuck"}
+    assert {op["key"] for op in by_tool["items"]} == set(seeded)
+    assert other_tool["items"] == []  # tenant B's tool, invisible to tenant A
+    assert recent["items"] == []  # nothing is an hour old
+    assert {op["key"] for op in old_enough["items"]} == set(seeded)
+    stamps = [datetime.fromisoformat(op["updated_at"]) for op in everything["items"]]
+    assert stamps == sorted(stamps)
+
+
+async def test_keyset_pagination_walks_every_row_once(service: Service) -> None:
+    @service.ws.tool("noop")
+    async def noop(n: int) -> int:
+        return n
+
+    for n in range(7):
+        await noop(n, idempotency_key=f"k{n}", scope=A)
+    seen: list[str] = []
+    cursor: str | None = None
+    async with service.as_(A, READER) as client:
+        for _ in range(10):
+            params: dict[str, str | int] = {"limit": 3}
+            if cursor:
+                params["cursor"] = cursor
+            page = (await client.get("/v1/operations", params=params)).json()
+            seen += [op["key"] for op in page["items"]]
+            cursor = page["next_cursor"]
+            if cursor is None:
+                break
+            assert re.fullmatch(r"[A-Za-z0-9_-]+", cursor)
+            # A row changed after the page was read moves to the end; it is not lost.
+        # The other tenant's key cannot use the cursor to see tenant A's rows.
+    assert seen == [f"k{n}" for n in range(7)]
+    async with service.as_(B, READER) as client:
+        first = (await client.get("/v1/operations", params={"limit": 3})).json()
+    assert first == {"items": [], "next_cursor": None}
+
+
+async def test_metrics_are_for_operators(service: Service) -> None:
+    await seed(service.ws, A)
+    async with service.as_(A, READER) as client:
+        refused = await client.get("/metrics")
+    assert_problem(refused, 403, "ACCESS_DENIED")
+    async with service.as_(A, OPERATOR) as client:
+        await client.get("/v1/operations/ok")
+        response = await client.get("/metrics")
+    assert response.status_code == 200
+    assert response.headers["content-type"].startswith("text/plain")
+    text = response.text
+    assert 'writesafe_operations_pending{status="needs_attention"} 1.0' in text
+    assert 'writesafe_operations_pending{status="outcome_unknown"} 1.0' in text
+    assert re.search(
+        r'writesafe_http_requests_total\{method="GET",route="/v1/operations/\{key\}",status="200"\} [1-9]',
+        text,
+    )
+    assert "writesafe_http_request_seconds_bucket" in text
+    assert 'writesafe_calls_total{answer="executed",tool="submit_order"}' in text
