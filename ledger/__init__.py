@@ -7,7 +7,7 @@ from ledger._api_keys import ApiKeyRecord, ApiKeys, Role
 from ledger._clock import Clock, ManualClock, SystemClock
 from ledger._engine import DEFAULT_DATABASE_URL, UnsupportedDatabase, create_engine
 from ledger._json import canonical_json, dumps_json, loads_json
-from ledger._ledger import Claim, Intent, Ledger, Outcome
+from ledger._ledger import LEASE_EXPIRED, Claim, DueBatch, Intent, Ledger, Outcome
 from ledger._migrations import LedgerNotMigrated, head_revision
 from ledger._models import ApiKey, Attempt, Base, Operation
 from ledger._records import AttemptKind, AttemptRecord, OperationRecord
@@ -22,6 +22,7 @@ from ledger._states import (
 __all__ = [
     "DEFAULT_DATABASE_URL",
     "FINAL_STATES",
+    "LEASE_EXPIRED",
     "TRANSITIONS",
     "ApiKey",
     "ApiKeyRecord",
@@ -32,6 +33,7 @@ __all__ = [
     "Base",
     "Claim",
     "Clock",
+    "DueBatch",
     "IllegalTransition",
     "Intent",
     "Ledger",

@@ -1,9 +1,19 @@
-"""What may happen next: the error contract, adapters, continuation policy, lookups and views.
+"""What may happen next: the error contract, adapters, continuation policy, lookups, views, and
+reconciliation (jobs and operator resolution).
 
 Imports `ledger` only. Its `cli` and `service` entry packages may also import `idempotency`.
 """
 
+from reconciler._absence import Absence, after_absence
 from reconciler._adapters import DEFAULT_ADAPTER, Adapter, ExceptionAdapter
+from reconciler._check import (
+    Check,
+    Lookup,
+    LookupOperation,
+    LookupOutcome,
+    LookupSpec,
+    run_lookup,
+)
 from reconciler._classify import Classification, classify_exception, exception_evidence
 from reconciler._continuation import Continuation, FailedOperation, decide_continuation
 from reconciler._contract import (
@@ -30,6 +40,14 @@ from reconciler._problem import (
     from_problem,
     to_problem,
 )
+from reconciler._reconcile import ReconcilePolicy, Reconciler, ReconcileReport
+from reconciler._resolve import (
+    OperationNotFound,
+    Resolution,
+    ResolutionRefused,
+    resolve_operation,
+)
+from reconciler._single import ReconcilerBusy
 from reconciler._tool_error import ToolError
 from reconciler._views import (
     AttemptView,
@@ -50,8 +68,10 @@ __all__ = [
     "PROBLEM_MEDIA_TYPE",
     "SCHEMA",
     "WEBMCP_CODES",
+    "Absence",
     "Adapter",
     "AttemptView",
+    "Check",
     "Classification",
     "Code",
     "CodeRegistry",
@@ -61,19 +81,31 @@ __all__ = [
     "ExceptionAdapter",
     "FailedOperation",
     "Found",
+    "Lookup",
+    "LookupOperation",
+    "LookupOutcome",
     "LookupResult",
+    "LookupSpec",
     "NextAction",
     "NotFound",
     "OperationInfo",
+    "OperationNotFound",
     "OperationStatus",
     "OperationSummary",
     "Problem",
+    "ReconcilePolicy",
+    "ReconcileReport",
+    "Reconciler",
+    "ReconcilerBusy",
+    "Resolution",
+    "ResolutionRefused",
     "SideEffects",
     "ToolError",
     "Unknown",
     "UnknownCode",
     "Verdict",
     "WebMcpCode",
+    "after_absence",
     "attempts_left",
     "classify_exception",
     "decide_continuation",
@@ -83,6 +115,8 @@ __all__ = [
     "from_webmcp",
     "operation_info",
     "read_envelope",
+    "resolve_operation",
+    "run_lookup",
     "to_call_tool_result",
     "to_problem",
     "to_webmcp",
