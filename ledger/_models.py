@@ -63,7 +63,9 @@ class Operation(Base):
         Index("ix_writesafe_operations_status_lease", "status", "lease_expires_at"),
         Index("ix_writesafe_operations_status_next_check", "status", "next_check_at"),
         # The service lists one tenant's operations by status in keyset order.
-        Index("ix_writesafe_operations_scope_status_updated", "scope", "status", "updated_at", "id"),
+        Index(
+            "ix_writesafe_operations_scope_status_updated", "scope", "status", "updated_at", "id"
+        ),
     )
 
     id: Mapped[int] = mapped_column(_ID, primary_key=True, autoincrement=True)

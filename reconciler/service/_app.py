@@ -27,6 +27,7 @@ from reconciler.service._problems import (
     unavailable,
     validation_error,
 )
+from reconciler.service._reconcile import reconcile_router
 from reconciler.service._settings import ServiceSettings
 
 VERSION = "1.0.0"
@@ -58,7 +59,8 @@ def create_app(ws: WriteSafe, settings: ServiceSettings | None = None) -> Servic
     authenticate = Authenticator(ctx.keys)
     operator = require_operator(authenticate)
     app.include_router(health_router(ctx, operator))
-    app.include_router(operations_router(ctx, authenticate))
+    app.include_router(operations_router(ctx, authenticate, operator))
+    app.include_router(reconcile_router(ctx, operator))
     app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes)
     app.add_middleware(RequestMetrics)
     return app

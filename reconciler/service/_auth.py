@@ -54,7 +54,9 @@ class Authenticator:
         record = await self._keys.active(hash_token(token)) if well_formed(token) else None
         if record is None:
             raise HTTPException(401, "the API key is not valid or was revoked", _INVALID)
-        return Principal(key_id=record.key_id, name=record.name, scope=record.scope, role=record.role)
+        return Principal(
+            key_id=record.key_id, name=record.name, scope=record.scope, role=record.role
+        )
 
 
 def require_operator(authenticate: Authenticator) -> Callable[..., Awaitable[Principal]]:

@@ -18,9 +18,7 @@ from reconciler.service._problems import unavailable
 Check = Callable[[], Awaitable[None]]
 
 
-def health_router(
-    ctx: ServiceContext, operator: Callable[..., Awaitable[Principal]]
-) -> APIRouter:
+def health_router(ctx: ServiceContext, operator: Callable[..., Awaitable[Principal]]) -> APIRouter:
     router = APIRouter(tags=["health"])
 
     @router.get("/healthz", response_model=Health, summary="Liveness: the process answers")
@@ -37,7 +35,9 @@ def health_router(
         checks: dict[str, Check] = {"database": _database(ctx)}
         if ctx.ws.keystore is not None:
             checks["redis"] = _redis(ctx)
-        results = {name: await _run(check, ctx.settings.ready_timeout) for name, check in checks.items()}
+        results = {
+            name: await _run(check, ctx.settings.ready_timeout) for name, check in checks.items()
+        }
         if any(result != "ok" for result in results.values()):
             return unavailable("a store did not answer", extensions={"checks": results})
         return Readiness(checks=results)

@@ -7,7 +7,7 @@ import time
 from prometheus_client import Counter, Gauge, Histogram
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from idempotency import WriteSafe
+from idempotency import ReconcileReport, WriteSafe
 from ledger import Status
 
 REQUESTS = Counter(
@@ -27,6 +27,32 @@ PENDING = Gauge(
     ["status"],
 )
 
+RECONCILED = Counter(
+    "writesafe_reconciled_total",
+    "Operations handled by reconciliation passes run through the service, by verdict "
+    "(found, absent, still_unknown, escalated, superseded, errors, expired_leases).",
+    ["verdict"],
+)
+RECONCILE_SECONDS = Histogram(
+    "writesafe_reconcile_pass_seconds",
+    "Duration of reconciliation passes run through the service.",
+    buckets=(0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120),
+)
+RESOLUTIONS = Counter(
+    "writesafe_resolutions_total",
+    "Operator resolutions through the service, by outcome.",
+    ["outcome"],
+)
+
+_VERDICTS = (
+    "found",
+    "absent",
+    "still_unknown",
+    "escalated",
+    "superseded",
+    "errors",
+    "expired_leases",
+)
 _PENDING_STATUSES = (Status.IN_FLIGHT, Status.OUTCOME_UNKNOWN, Status.NEEDS_ATTENTION)
 _METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"})
 
@@ -35,6 +61,12 @@ async def refresh_pending(ws: WriteSafe) -> None:
     """Set the pending gauge from the ledger (only non-final statuses: an index range each)."""
     for status, count in (await ws.ledger.count_by_status(_PENDING_STATUSES)).items():
         PENDING.labels(status.value).set(count)
+
+
+def record_pass(report: ReconcileReport) -> None:
+    for verdict in _VERDICTS:
+        RECONCILED.labels(verdict).inc(getattr(report, verdict))
+    RECONCILE_SECONDS.observe(report.seconds)
 
 
 class RequestMetrics:

@@ -1,4 +1,4 @@
-"""`/v1/operations`: status by key, listing, and attempts, each within the API key's scope.
+"""`/v1/operations`: status by key, listing, attempts and resolution, within the key's scope.
 
 No `from __future__ import annotations`: FastAPI must resolve the routes' local `Annotated` aliases.
 """
@@ -7,27 +7,31 @@ from collections.abc import Awaitable, Callable
 from datetime import timedelta
 from typing import Annotated
 
-from fastapi import APIRouter, Depends, HTTPException, Path, Query
+from fastapi import APIRouter, Body, Depends, HTTPException, Path, Query
 
-from idempotency import MAX_KEY_LENGTH, OperationStatus, WriteSafe, WriteSafeError
-from idempotency._errors import invalid_input
+from idempotency import (
+    MAX_KEY_LENGTH,
+    OperationNotFound,
+    OperationStatus,
+    ResolutionRefused,
+    WriteSafe,
+    WriteSafeError,
+)
 from idempotency._keys import validate_key
 from ledger import Status
 from reconciler import OperationSummary
 from reconciler.service._auth import Principal
 from reconciler.service._context import ServiceContext
-from reconciler.service._cursor import (
-    CURSOR_FORMAT,
-    CURSOR_PATTERN,
-    InvalidCursor,
-    decode_cursor,
-    encode_cursor,
+from reconciler.service._cursor import decode_cursor, encode_cursor
+from reconciler.service._metrics import RESOLUTIONS
+from reconciler.service._models import (
+    AttemptList,
+    ListQuery,
+    OperationPage,
+    ResolveRequest,
+    ResolveSucceeded,
 )
-from reconciler.service._models import AttemptList, OperationPage
 from reconciler.service._openapi import problems
-
-MAX_PAGE = 500
-_TEN_YEARS = 10 * 366 * 24 * 3600
 
 KeyPath = Annotated[
     str,
@@ -40,10 +44,13 @@ KeyPath = Annotated[
 
 
 def operations_router(
-    ctx: ServiceContext, authenticate: Callable[..., Awaitable[Principal]]
+    ctx: ServiceContext,
+    authenticate: Callable[..., Awaitable[Principal]],
+    operator: Callable[..., Awaitable[Principal]],
 ) -> APIRouter:
     router = APIRouter(prefix="/v1", tags=["operations"])
     Caller = Annotated[Principal, Depends(authenticate)]
+    Operator = Annotated[Principal, Depends(operator)]
 
     @router.get(
         "/operations/{key}",
@@ -71,59 +78,69 @@ def operations_router(
         summary="Operations by status, tool and age, oldest change first (keyset-paginated)",
     )
     async def list_operations(
-        caller: Caller,
-        status: Annotated[
-            list[Status] | None, Query(description="Only these statuses (repeatable).")
-        ] = None,
-        tool: Annotated[
-            str | None, Query(max_length=MAX_KEY_LENGTH, description="Only this tool.")
-        ] = None,
-        older_than: Annotated[
-            int | None,
-            Query(ge=0, le=_TEN_YEARS, description="Only operations unchanged for this many seconds."),
-        ] = None,
-        cursor: Annotated[
-            str | None,
-            Query(
-                pattern=CURSOR_PATTERN,
-                description="`next_cursor` of the previous page (opaque).",
-                json_schema_extra={"format": CURSOR_FORMAT},
-            ),
-        ] = None,
-        limit: Annotated[int, Query(ge=1, le=MAX_PAGE, description="Page size.")] = 50,
+        caller: Caller, query: Annotated[ListQuery, Query()]
     ) -> OperationPage:
-        try:
-            after = None if cursor is None else decode_cursor(cursor)
-        except InvalidCursor as error:
-            raise invalid_input("cursor", str(error)) from error
-        if tool is not None and not _usable(tool):
+        if query.tool is not None and not _usable(query.tool):
             return OperationPage(items=[], next_cursor=None)  # no tool can have that name
         await ctx.ws.guard()
         ledger = ctx.ws.ledger
         rows = await ledger.list(
-            statuses=status,
-            tool=tool,
+            statuses=query.status,
+            tool=query.tool,
             scope=caller.scope,
             updated_before=(
-                None if older_than is None else ledger.clock.now() - timedelta(seconds=older_than)
+                None
+                if query.older_than is None
+                else ledger.clock.now() - timedelta(seconds=query.older_than)
             ),
-            after=after,
-            limit=limit + 1,
+            after=None if query.cursor is None else decode_cursor(query.cursor),
+            limit=query.limit + 1,
         )
-        page = rows[:limit]
+        page = rows[: query.limit]
         return OperationPage(
             items=[OperationSummary.from_record(row) for row in page],
-            next_cursor=encode_cursor(page[-1]) if len(rows) > limit else None,
+            next_cursor=encode_cursor(page[-1]) if len(rows) > query.limit else None,
         )
 
+    @router.post(
+        "/operations/{key}/resolve",
+        response_model=OperationStatus,
+        responses=problems(401, 403, 404, 409, 413, 422, 503),
+        summary="Resolve a needs_attention operation as succeeded or failed (operators; audited)",
+    )
+    async def resolve_operation(
+        key: KeyPath, body: Annotated[ResolveRequest, Body()], caller: Operator
+    ) -> OperationStatus:
+        if not _usable(key):
+            raise HTTPException(404, _NOT_FOUND)
+        try:
+            resolved = await ctx.ws.resolve(
+                key,
+                scope=caller.scope,
+                outcome=body.outcome,
+                reason=body.reason,
+                actor=caller.actor,
+                result=body.result if isinstance(body, ResolveSucceeded) else None,
+                evidence=body.evidence,
+            )
+        except OperationNotFound as error:
+            raise HTTPException(404, _NOT_FOUND) from error
+        except ResolutionRefused as error:
+            raise HTTPException(409, str(error)) from error
+        RESOLUTIONS.labels(body.outcome).inc()
+        return resolved
+
     return router
+
+
+_NOT_FOUND = "no operation with this key in the API key's scope"
 
 
 async def find(ws: WriteSafe, key: str, scope: str) -> OperationStatus:
     """The operation under `key` in `scope`; 404 when absent, in another scope, or unusable."""
     found = await ws.status(key, scope=scope) if _usable(key) else None
     if found is None:
-        raise HTTPException(404, "no operation with this key in the API key's scope")
+        raise HTTPException(404, _NOT_FOUND)
     return found
 
 

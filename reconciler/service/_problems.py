@@ -9,7 +9,7 @@ in plain JSON; the handlers below re-render them.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from http import HTTPStatus
 from typing import Any
 
@@ -23,7 +23,13 @@ from idempotency import WriteSafeError
 from reconciler import CODES, PROBLEM_MEDIA_TYPE, Code, ErrorEnvelope, to_problem
 
 # HTTP errors that are contract codes; the contract's table gives each the same status back.
-_ENVELOPE_CODES = {401: Code.AUTH_REQUIRED, 403: Code.ACCESS_DENIED, 503: Code.TEMP_UNAVAILABLE}
+# (400 is FastAPI's "There was an error parsing the body": INPUT_INVALID, 422, like other input.)
+_ENVELOPE_CODES = {
+    400: Code.INPUT_INVALID,
+    401: Code.AUTH_REQUIRED,
+    403: Code.ACCESS_DENIED,
+    503: Code.TEMP_UNAVAILABLE,
+}
 ENVELOPE_STATUSES = frozenset({*_ENVELOPE_CODES, 422})
 
 
@@ -106,8 +112,12 @@ async def http_error(_request: Request, error: Exception) -> JSONResponse:
     assert isinstance(error, HTTPException)
     detail = error.detail if error.detail != HTTPStatus(error.status_code).phrase else None
     code = _ENVELOPE_CODES.get(error.status_code)
+    message = detail or HTTPStatus(error.status_code).phrase
+    if code is Code.INPUT_INVALID:
+        issue = InvalidParam(location="body", pointer="", detail=message)
+        envelope = CODES.envelope(code, message, field="body")
+        return envelope_response(envelope, extensions={"errors": [issue.model_dump()]})
     if code is not None:
-        message = detail or HTTPStatus(error.status_code).phrase
         return envelope_response(CODES.envelope(code, message), headers=error.headers)
     return problem_response(error.status_code, detail, headers=error.headers)
 
@@ -115,7 +125,7 @@ async def http_error(_request: Request, error: Exception) -> JSONResponse:
 async def validation_error(_request: Request, error: Exception) -> JSONResponse:
     """Malformed JSON and schema violations alike: INPUT_INVALID naming every invalid input."""
     assert isinstance(error, RequestValidationError)
-    issues = [_issue(e) for e in error.errors()]
+    issues = [_issue(e, error.body) for e in error.errors()]
     field = (issues[0].pointer or issues[0].location) if issues else None
     envelope = CODES.envelope(
         Code.INPUT_INVALID, "the request does not match the schema", field=field
@@ -123,13 +133,36 @@ async def validation_error(_request: Request, error: Exception) -> JSONResponse:
     return envelope_response(envelope, extensions={"errors": [i.model_dump() for i in issues]})
 
 
-def _issue(error: Mapping[str, Any]) -> InvalidParam:
-    location, *path = (str(part) for part in error.get("loc", ()))
+def _issue(error: Mapping[str, Any], body: Any) -> InvalidParam:
+    location, *path = error.get("loc", ())
+    context = error.get("ctx") or {}
     if error.get("type") == "json_invalid":
-        reason = error.get("ctx", {}).get("error", "invalid JSON")
+        reason = context.get("error", "invalid JSON")
         return InvalidParam(location="body", pointer="", detail=f"not JSON: {reason}")
-    if location == "body":
-        pointer = "".join("/" + p.replace("~", "~0").replace("/", "~1") for p in path)
-    else:
-        pointer = ".".join(path)
-    return InvalidParam(location=location, pointer=pointer, detail=str(error.get("msg", "")))
+    if location != "body":
+        return InvalidParam(
+            location=str(location),
+            pointer=".".join(str(p) for p in path),
+            detail=str(error.get("msg", "")),
+        )
+    if error.get("type") in ("union_tag_invalid", "union_tag_not_found"):
+        path = [*path, str(context.get("discriminator", "")).strip("'")]
+    return InvalidParam(
+        location="body", pointer=_pointer(path, body), detail=str(error.get("msg", ""))
+    )
+
+
+def _pointer(path: Sequence[Any], body: Any) -> str:
+    """A JSON Pointer (RFC 6901) into `body`; pydantic's location also names union members (a
+    tagged union's tag), which are not in the document and are left out."""
+    parts: list[str] = []
+    for index, part in enumerate(path):
+        last = index == len(path) - 1
+        if isinstance(body, dict) and part in body:
+            body = body[part]
+        elif isinstance(body, list) and isinstance(part, int) and 0 <= part < len(body):
+            body = body[part]
+        elif not last:
+            continue
+        parts.append(str(part).replace("~", "~0").replace("/", "~1"))
+    return "".join(f"/{part}" for part in parts)

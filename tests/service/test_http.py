@@ -19,35 +19,10 @@ from ledger import ApiKeys, Role, Status
 from reconciler import PROBLEM_MEDIA_TYPE
 from reconciler.service import create_app
 from tests.conftest import MakeWriteSafe
-from tests.service_support import SCOPES, Service, issue_keys, seed, served
+from tests.service.support import SCOPES, Service, assert_problem, seed
 
 A, B = SCOPES
 READER, OPERATOR = Role.READER, Role.OPERATOR
-
-
-@pytest.fixture(params=["asgi", "uvicorn"])
-async def service(request: pytest.FixtureRequest, make_ws: MakeWriteSafe) -> AsyncIterator[Service]:
-    ws = make_ws()
-    await ws.start()
-    tokens = await issue_keys(ws)
-    async with served(create_app(ws), request.param) as (base_url, transport):
-        yield Service(ws, base_url, transport, tokens)
-
-
-def assert_problem(response: httpx.Response, status: int, code: str | None = None) -> dict[str, Any]:
-    assert response.status_code == status, response.text
-    assert response.headers["content-type"] == PROBLEM_MEDIA_TYPE
-    body = response.json()
-    assert body["status"] == status
-    assert isinstance(body["title"], str) and body["title"]
-    if code is None:
-        assert body["type"] == "about:blank"
-        assert "code" not in body
-    else:
-        assert body["code"] == code
-        assert body["schema"] == "writesafe.error/1"
-        assert body["type"].endswith(code)
-    return dict(body)
 
 
 async def test_health_needs_no_key(service: Service) -> None:
@@ -180,7 +155,7 @@ async def test_keyset_pagination_walks_every_row_once(service: Service) -> None:
             cursor = page["next_cursor"]
             if cursor is None:
                 break
-            assert re.fullmatch(r"[A-Za-z0-9_-]+", cursor)
+            assert re.fullmatch(r"[0-9]+_[0-9]+", cursor)
             # A row changed after the page was read moves to the end; it is not lost.
         # The other tenant's key cannot use the cursor to see tenant A's rows.
     assert seen == [f"k{n}" for n in range(7)]
@@ -208,3 +183,72 @@ async def test_metrics_are_for_operators(service: Service) -> None:
     )
     assert "writesafe_http_request_seconds_bucket" in text
     assert 'writesafe_calls_total{answer="executed",tool="submit_order"}' in text
+
+
+async def test_reconcile_is_one_bounded_pass_for_operators(service: Service) -> None:
+    await seed(service.ws, A)
+    async with service.as_(A, READER) as client:
+        assert_problem(await client.post("/v1/reconcile", json={}), 403, "ACCESS_DENIED")
+    async with service.as_(A, OPERATOR) as client:
+        response = await client.post("/v1/reconcile", json={"limit": 10})
+        lost = (await client.get("/v1/operations/lost")).json()
+        again = (await client.post("/v1/reconcile")).json()  # the body is optional
+    assert response.status_code == 200, response.text
+    report = response.json()
+    assert (report["examined"], report["found"]) == (1, 1)
+    assert lost["status"] == "succeeded"
+    assert lost["result"] == {"order_id": "o-found"}
+    assert [a["kind"] for a in lost["attempts"]] == ["execution", "lookup"]
+    assert again["examined"] == 0  # nothing left due
+    async with service.as_(A, OPERATOR) as client:
+        metrics = (await client.get("/metrics")).text
+    assert re.search(r'writesafe_reconciled_total\{verdict="found"\} [1-9]', metrics)
+    assert "writesafe_reconcile_pass_seconds_count" in metrics
+
+
+async def test_resolve_is_for_operators_of_the_scope_and_audited(service: Service) -> None:
+    await seed(service.ws, A)
+    body = {
+        "outcome": "succeeded",
+        "reason": "ticket T-1: the shop has order o-9",
+        "result": {"order_id": "o-9"},
+    }
+    async with service.as_(A, READER) as client:
+        assert_problem(
+            await client.post("/v1/operations/stuck/resolve", json=body), 403, "ACCESS_DENIED"
+        )
+    async with service.as_(B, OPERATOR) as client:
+        foreign = await client.post("/v1/operations/stuck/resolve", json=body)
+    assert_problem(foreign, 404)
+    async with service.as_(A, OPERATOR) as client:
+        response = await client.post(
+            "/v1/operations/stuck/resolve", json={**body, "evidence": {"ticket": "T-1"}}
+        )
+        twice = await client.post("/v1/operations/stuck/resolve", json=body)
+        not_escalated = await client.post("/v1/operations/ok/resolve", json=body)
+        missing = await client.post("/v1/operations/never-used/resolve", json=body)
+    assert response.status_code == 200, response.text
+    resolved = response.json()
+    assert (resolved["status"], resolved["result"]) == ("succeeded", {"order_id": "o-9"})
+    audit = resolved["attempts"][-1]
+    key_id = service.tokens[A, OPERATOR].split("_")[1]
+    assert audit["kind"] == "operator"
+    assert audit["actor"] == f"api-key:{key_id} (tenant-a-operator)"
+    assert audit["reason"] == body["reason"]
+    assert audit["evidence"]["operator_evidence"] == {"ticket": "T-1"}
+    assert_problem(twice, 409)
+    assert_problem(not_escalated, 409)
+    assert_problem(missing, 404)
+
+
+async def test_resolve_as_failed(service: Service) -> None:
+    await seed(service.ws, A)
+    async with service.as_(A, OPERATOR) as client:
+        response = await client.post(
+            "/v1/operations/stuck/resolve",
+            json={"outcome": "failed", "reason": "the shop has no such order"},
+        )
+    assert response.status_code == 200, response.text
+    resolved = response.json()
+    assert resolved["status"] == "failed"
+    assert resolved["error"]["side_effects"] == "none"

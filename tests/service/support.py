@@ -14,8 +14,9 @@ import httpx
 import uvicorn
 from fastapi import FastAPI
 
-from idempotency import ToolError, WriteSafe
+from idempotency import Found, ToolError, Unknown, WriteSafe
 from ledger import ApiKeys, Role, Status
+from reconciler import PROBLEM_MEDIA_TYPE
 from reconciler.service import create_api_key
 
 SCOPES = ("tenant-a", "tenant-b")
@@ -57,9 +58,14 @@ async def issue_keys(ws: WriteSafe) -> dict[tuple[str, Role], str]:
 
 
 async def seed(ws: WriteSafe, scope: str, prefix: str = "") -> dict[str, Status]:
-    """One operation per status in `scope` (keys `<prefix>ok`, `<prefix>denied`, …)."""
+    """One operation per status in `scope` (keys `<prefix>ok`, `<prefix>denied`, …); the tool's
+    lookup finds the `lost` order and cannot tell about the `stuck` one."""
 
-    @ws.tool(f"{prefix}submit_order")
+    async def find_order(op: Any) -> Found | Unknown:
+        # The shop did take the order whose response was lost; the stuck one nobody can tell.
+        return Found({"order_id": "o-found"}) if op.key.endswith("lost") else Unknown("no idea")
+
+    @ws.tool(f"{prefix}submit_order", lookup=find_order)
     async def submit_order(order: dict[str, Any]) -> dict[str, Any]:
         if order.get("fail"):
             raise ToolError("ACCESS_DENIED", "the shop refused")
@@ -85,7 +91,9 @@ async def seed(ws: WriteSafe, scope: str, prefix: str = "") -> dict[str, Status]
 
 
 @contextlib.asynccontextmanager
-async def served(app: FastAPI, transport: str) -> AsyncIterator[tuple[str, httpx.AsyncBaseTransport | None]]:
+async def served(
+    app: FastAPI, transport: str
+) -> AsyncIterator[tuple[str, httpx.AsyncBaseTransport | None]]:
     """The app reached in-process (`asgi`) or through a real uvicorn on 127.0.0.1:<ephemeral>."""
     if transport == "asgi":
         yield "http://service.test", httpx.ASGITransport(app=app)
@@ -105,3 +113,21 @@ async def served(app: FastAPI, transport: str) -> AsyncIterator[tuple[str, httpx
         server.should_exit = True
         await task
         sock.close()
+
+
+def assert_problem(
+    response: httpx.Response, status: int, code: str | None = None
+) -> dict[str, Any]:
+    assert response.status_code == status, response.text
+    assert response.headers["content-type"] == PROBLEM_MEDIA_TYPE
+    body = response.json()
+    assert body["status"] == status
+    assert isinstance(body["title"], str) and body["title"]
+    if code is None:
+        assert body["type"] == "about:blank"
+        assert "code" not in body
+    else:
+        assert body["code"] == code
+        assert body["schema"] == "writesafe.error/1"
+        assert body["type"].endswith(code)
+    return dict(body)
