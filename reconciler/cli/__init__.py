@@ -9,8 +9,10 @@ from __future__ import annotations
 import typer
 
 from reconciler.cli._db import db_app
+from reconciler.cli._keys import keys_app
 from reconciler.cli._reconcile import reconcile
 from reconciler.cli._resolve import resolve
+from reconciler.cli._serve import serve
 from reconciler.cli._status import status
 
 app = typer.Typer(
@@ -25,6 +27,8 @@ app = typer.Typer(
 app.command("status")(status)
 app.command("reconcile")(reconcile)
 app.command("resolve")(resolve)
+app.command("serve")(serve)
+app.add_typer(keys_app, name="keys")
 app.add_typer(db_app, name="db")
 
 
