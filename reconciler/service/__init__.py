@@ -5,6 +5,7 @@ not. `create_app(ws)` builds the FastAPI application; `writesafe serve module:ws
 """
 
 from reconciler.service._api_keys import MAX_TOKEN_LENGTH, create_api_key, hash_token
+from reconciler.service._apidoc import render_markdown
 from reconciler.service._app import VERSION, create_app
 from reconciler.service._auth import Principal
 from reconciler.service._problems import EnvelopeProblem, ProblemDetails
@@ -20,4 +21,5 @@ __all__ = [
     "create_api_key",
     "create_app",
     "hash_token",
+    "render_markdown",
 ]

@@ -18,7 +18,7 @@ from reconciler.service._context import ServiceContext
 from reconciler.service._health import health_router
 from reconciler.service._limits import BodyLimit
 from reconciler.service._metrics import RequestMetrics
-from reconciler.service._openapi import ServiceApp
+from reconciler.service._openapi import OVERVIEW, ServiceApp
 from reconciler.service._operations import operations_router
 from reconciler.service._problems import (
     envelope_error,
@@ -45,6 +45,7 @@ def create_app(ws: WriteSafe, settings: ServiceSettings | None = None) -> Servic
         title="writesafe",
         version=VERSION,
         summary="Status, reconciliation and operator resolution of write-safe operations.",
+        description=OVERVIEW,
         exception_handlers={
             HTTPException: http_error,
             RequestValidationError: validation_error,

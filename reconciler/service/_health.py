@@ -75,15 +75,15 @@ def _redis(ctx: ServiceContext) -> Check:
     return check
 
 
-async def _run(check: Check, timeout: float) -> str:
+async def _run(check: Check, seconds: float) -> str:
     """'ok', or why not: a probe reports any failure as not ready rather than raising."""
     try:
-        async with asyncio.timeout(timeout):
+        async with asyncio.timeout(seconds):
             await check()
     except TimeoutError:
-        return f"no answer within {timeout:g}s"
+        return f"no answer within {seconds:g}s"
     except LedgerNotMigrated:
         return "schema not current: run `writesafe db upgrade`"
-    except Exception as error:  # noqa: BLE001 - any failure to answer means not ready
+    except Exception as error:
         return f"unavailable ({type(error).__name__})"
     return "ok"

@@ -10,6 +10,31 @@ from fastapi import FastAPI
 from reconciler import PROBLEM_MEDIA_TYPE
 from reconciler.service._problems import ENVELOPE_STATUSES, EnvelopeProblem, ProblemDetails
 
+OVERVIEW = """\
+What happened to write-safe operations, by key; listings by status, tool and age; reconciliation
+on demand; and operator resolution of what reconciliation could not decide.
+
+**Authentication.** Every endpoint except `/healthz` and `/readyz` needs
+`Authorization: Bearer <API key>`. Keys are made with
+`writesafe keys create --scope S --role reader|operator --name N`; the service stores only their
+SHA-256. A key sees only its own scope: another scope's operation answers 404 exactly like a
+missing one. `reader` keys read; `operator` keys also resolve operations, run `POST /v1/reconcile`
+and read `/metrics` (these two span every scope, like the `writesafe reconcile` worker).
+
+**Errors** are `application/problem+json` (RFC 9457). 401 (`AUTH_REQUIRED`), 403
+(`ACCESS_DENIED`), 422 (`INPUT_INVALID`: malformed JSON, schema violations, unknown body fields or
+query parameters, each listed in `errors`) and 503 (`TEMP_UNAVAILABLE`, with `Retry-After`) carry
+the `writesafe.error/1` envelope as extension members: branch on `code`. 404, 405 (with `Allow`),
+409 and 413 are plain problems.
+
+**Limits.** Request bodies up to 64 KiB (`WRITESAFE_SERVICE_MAX_BODY_BYTES`), else 413;
+idempotency keys up to 255 characters; API keys up to 128 characters.
+
+**Pagination.** `GET /v1/operations` is keyset-paginated on `(updated_at, id)`, oldest change
+first: pass `next_cursor` back as `cursor` until it is null. A page stays correct while rows are
+added; an operation that changes meanwhile moves to the end.
+"""
+
 _HEADERS: dict[int, dict[str, Any]] = {
     401: {
         "WWW-Authenticate": {

@@ -18,7 +18,6 @@ from idempotency import (
     WriteSafeError,
 )
 from idempotency._keys import validate_key
-from ledger import Status
 from reconciler import OperationSummary
 from reconciler.service._auth import Principal
 from reconciler.service._context import ServiceContext
@@ -49,8 +48,6 @@ def operations_router(
     operator: Callable[..., Awaitable[Principal]],
 ) -> APIRouter:
     router = APIRouter(prefix="/v1", tags=["operations"])
-    Caller = Annotated[Principal, Depends(authenticate)]
-    Operator = Annotated[Principal, Depends(operator)]
 
     @router.get(
         "/operations/{key}",
@@ -58,7 +55,9 @@ def operations_router(
         responses=problems(401, 404, 422, 503),
         summary="An operation's status, result or error, and attempts",
     )
-    async def get_operation(key: KeyPath, caller: Caller) -> OperationStatus:
+    async def get_operation(
+        key: KeyPath, caller: Annotated[Principal, Depends(authenticate)]
+    ) -> OperationStatus:
         return await find(ctx.ws, key, caller.scope)
 
     @router.get(
@@ -67,7 +66,9 @@ def operations_router(
         responses=problems(401, 404, 422, 503),
         summary="Every audited attempt of an operation, oldest first",
     )
-    async def get_attempts(key: KeyPath, caller: Caller) -> AttemptList:
+    async def get_attempts(
+        key: KeyPath, caller: Annotated[Principal, Depends(authenticate)]
+    ) -> AttemptList:
         found = await find(ctx.ws, key, caller.scope)
         return AttemptList(key=found.key, items=found.attempts)
 
@@ -78,7 +79,7 @@ def operations_router(
         summary="Operations by status, tool and age, oldest change first (keyset-paginated)",
     )
     async def list_operations(
-        caller: Caller, query: Annotated[ListQuery, Query()]
+        caller: Annotated[Principal, Depends(authenticate)], query: Annotated[ListQuery, Query()]
     ) -> OperationPage:
         if query.tool is not None and not _usable(query.tool):
             return OperationPage(items=[], next_cursor=None)  # no tool can have that name
@@ -109,7 +110,9 @@ def operations_router(
         summary="Resolve a needs_attention operation as succeeded or failed (operators; audited)",
     )
     async def resolve_operation(
-        key: KeyPath, body: Annotated[ResolveRequest, Body()], caller: Operator
+        key: KeyPath,
+        body: Annotated[ResolveRequest, Body()],
+        caller: Annotated[Principal, Depends(operator)],
     ) -> OperationStatus:
         if not _usable(key):
             raise HTTPException(404, _NOT_FOUND)

@@ -53,12 +53,16 @@ class ProblemDetails(BaseModel):
     instance: str | None = None
 
 
-EnvelopeProblem: type[BaseModel] = create_model(  # the envelope's own fields, not a copy of them
+# The envelope's own fields (not a copy of them), as problem extension members.
+_ENVELOPE_MEMBERS: dict[str, Any] = {
+    "errors": (list[InvalidParam] | None, Field(default=None, description="Every invalid input.")),
+    **{name: (info.annotation, info) for name, info in ErrorEnvelope.model_fields.items()},
+}
+EnvelopeProblem = create_model(
     "EnvelopeProblem",
     __base__=ProblemDetails,
     __doc__="A problem carrying the writesafe.error/1 envelope as extension members.",
-    errors=(list[InvalidParam] | None, Field(default=None, description="Every invalid input.")),
-    **{name: (info.annotation, info) for name, info in ErrorEnvelope.model_fields.items()},
+    **_ENVELOPE_MEMBERS,
 )
 
 
@@ -158,9 +162,9 @@ def _pointer(path: Sequence[Any], body: Any) -> str:
     parts: list[str] = []
     for index, part in enumerate(path):
         last = index == len(path) - 1
-        if isinstance(body, dict) and part in body:
-            body = body[part]
-        elif isinstance(body, list) and isinstance(part, int) and 0 <= part < len(body):
+        if (isinstance(body, dict) and part in body) or (
+            isinstance(body, list) and isinstance(part, int) and 0 <= part < len(body)
+        ):
             body = body[part]
         elif not last:
             continue

@@ -122,7 +122,8 @@ def assert_problem(
     assert response.headers["content-type"] == PROBLEM_MEDIA_TYPE
     body = response.json()
     assert body["status"] == status
-    assert isinstance(body["title"], str) and body["title"]
+    assert isinstance(body["title"], str)
+    assert body["title"]
     if code is None:
         assert body["type"] == "about:blank"
         assert "code" not in body

@@ -14,9 +14,9 @@ from typing import Any
 
 import pytest
 import typer
-from typer.core import TyperGroup
 import yaml
 from sqlalchemy.engine import make_url
+from typer.core import TyperGroup
 
 from idempotency import WriteSafe, WriteSafeSettings
 from reconciler.cli import app as cli_app
@@ -28,7 +28,7 @@ WRITESAFE_SERVICES = {"migrate", "api", "worker"}
 
 
 def interpolate(value: Any) -> Any:
-    """Compose's `${VAR:-default}` with nothing set: the default (the only form compose.yaml uses)."""
+    """Compose's `${VAR:-default}` with nothing set: the default (compose.yaml uses no other)."""
     if isinstance(value, str):
         assert "$" not in re.sub(r"\$\{[A-Z_]+:-[^}]*\}", "", value), value
         return re.sub(r"\$\{[A-Z_]+:-([^}]*)\}", r"\1", value)
@@ -53,7 +53,8 @@ def parse(args: list[str]) -> tuple[Any, Any]:
     context = typer.Context(command, info_name="writesafe")
     while isinstance(command, TyperGroup):
         name, sub, args = command.resolve_command(context, args)
-        assert name is not None and sub is not None
+        assert name is not None
+        assert sub is not None
         command, context = sub, typer.Context(sub, info_name=name, parent=context)
     return command, command.make_context(context.info_name, list(args), parent=context.parent)
 
@@ -98,7 +99,7 @@ def test_a_wrong_command_would_be_caught() -> None:
     # The check above is only worth something if it fails for commands the CLI does not have.
     with pytest.raises(typer.TyperException, match="--listen"):
         parse(["serve", "app:ws", "--listen", "0.0.0.0"])
-    with pytest.raises(typer.TyperException, match="(?i)app"):
+    with pytest.raises(typer.TyperException, match=r"(?i)app"):
         parse(["reconcile", "--watch"])
     with pytest.raises(typer.BadParameter):
         parse(["serve", "app:ws", "--port", "eighty"])
