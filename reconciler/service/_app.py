@@ -57,7 +57,7 @@ def create_app(ws: WriteSafe, settings: ServiceSettings | None = None) -> Servic
             Exception: _internal,
         },
     )
-    authenticate = Authenticator(ctx.keys)
+    authenticate = Authenticator(ctx.keys, ws.start)
     operator = require_operator(authenticate)
     app.include_router(health_router(ctx, operator))
     app.include_router(operations_router(ctx, authenticate, operator))

@@ -42,8 +42,9 @@ class Principal:
 class Authenticator:
     """The FastAPI dependency that turns `Authorization: Bearer …` into a `Principal`."""
 
-    def __init__(self, keys: ApiKeys) -> None:
+    def __init__(self, keys: ApiKeys, ready: Callable[[], Awaitable[None]]) -> None:
         self._keys = keys
+        self._ready = ready  # an unmigrated ledger is reported as such, not as a missing table
 
     async def __call__(
         self, credentials: Annotated[HTTPAuthorizationCredentials | None, Security(bearer)]
@@ -51,7 +52,10 @@ class Authenticator:
         if credentials is None:
             raise HTTPException(401, "an API key is required: Authorization: Bearer …", _CHALLENGE)
         token = credentials.credentials
-        record = await self._keys.active(hash_token(token)) if well_formed(token) else None
+        record = None
+        if well_formed(token):
+            await self._ready()
+            record = await self._keys.active(hash_token(token))
         if record is None:
             raise HTTPException(401, "the API key is not valid or was revoked", _INVALID)
         return Principal(

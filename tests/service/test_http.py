@@ -11,8 +11,11 @@ from datetime import datetime
 
 import pytest
 
+from idempotency import WriteSafe
 from ledger import ApiKeys, Role
-from tests.service.support import SCOPES, Service, assert_problem, seed
+from reconciler.service import create_app
+from tests.conftest import PG_URL
+from tests.service.support import SCOPES, Service, assert_problem, issue_keys, seed, served
 
 A, B = SCOPES
 READER, OPERATOR = Role.READER, Role.OPERATOR
@@ -244,3 +247,69 @@ async def test_resolve_as_failed(service: Service) -> None:
     resolved = response.json()
     assert resolved["status"] == "failed"
     assert resolved["error"]["side_effects"] == "none"
+
+
+@pytest.mark.postgres
+@pytest.mark.redis
+async def test_readiness_names_the_store_that_does_not_answer(pg_schema: str) -> None:
+    ws = WriteSafe(PG_URL, "redis://127.0.0.1:1/0", schema=pg_schema, auto_migrate=True)
+    try:
+        await ws.start()
+        tokens = await issue_keys(ws)
+        async with served(create_app(ws), "asgi") as (base_url, transport):
+            service = Service(ws, base_url, transport, tokens)
+            async with service.client() as client:
+                ready = await client.get("/readyz")
+            async with service.as_(A, READER) as client:
+                listing = await client.get("/v1/operations")
+    finally:
+        await ws.close()
+    body = assert_problem(ready, 503, "TEMP_UNAVAILABLE")
+    assert body["checks"]["database"] == "ok"
+    assert body["checks"]["redis"].startswith("unavailable")
+    assert ready.headers["retry-after"] == "1"
+    assert listing.status_code == 200  # Redis only accelerates; the ledger still answers
+
+
+@pytest.mark.parametrize("transport", ["asgi", "uvicorn"])
+async def test_an_unreachable_ledger_is_503_not_500(transport: str) -> None:
+    ws = WriteSafe("postgresql+asyncpg://postgres@127.0.0.1:1/none")
+    token = "wsk_0123456789ab_" + "x" * 43
+    try:
+        async with served(create_app(ws), transport) as (base_url, client_transport):
+            service = Service(ws, base_url, client_transport)
+            async with service.client() as client:
+                ready = await client.get("/readyz")
+                health = await client.get("/healthz")
+            async with service.client(token) as client:
+                listing = await client.get("/v1/operations")
+            async with service.client("not-a-key") as client:
+                refused = await client.get("/v1/operations")
+    finally:
+        await ws.close()
+    assert health.status_code == 200
+    assert assert_problem(ready, 503, "TEMP_UNAVAILABLE")["checks"]["database"].startswith(
+        "unavailable"
+    )
+    assert_problem(listing, 503, "TEMP_UNAVAILABLE")
+    assert listing.headers["retry-after"] == "1"
+    assert_problem(refused, 401, "AUTH_REQUIRED")  # a malformed key needs no database
+
+
+@pytest.mark.postgres
+async def test_an_unmigrated_ledger_says_so(pg_schema: str) -> None:
+    ws = WriteSafe(PG_URL, schema=pg_schema)
+    try:
+        async with served(create_app(ws), "asgi") as (base_url, transport):
+            service = Service(ws, base_url, transport)
+            async with service.client() as client:
+                ready = await client.get("/readyz")
+            async with service.client("wsk_0123456789ab_" + "x" * 43) as client:
+                listing = await client.get("/v1/operations")
+    finally:
+        await ws.close()
+    assert (
+        "writesafe db upgrade"
+        in assert_problem(ready, 503, "TEMP_UNAVAILABLE")["checks"]["database"]
+    )
+    assert "writesafe db upgrade" in assert_problem(listing, 503, "TEMP_UNAVAILABLE")["message"]
