@@ -46,6 +46,10 @@ def create_app(ws: WriteSafe, settings: ServiceSettings | None = None) -> Servic
         version=VERSION,
         summary="Status, reconciliation and operator resolution of write-safe operations.",
         description=OVERVIEW,
+        # The document stays public (it holds no data); the UIs load scripts from a CDN, which an
+        # offline deployment cannot reach, so they are left out.
+        docs_url=None,
+        redoc_url=None,
         exception_handlers={
             HTTPException: http_error,
             RequestValidationError: validation_error,

@@ -12,6 +12,7 @@ from typing import Annotated
 from fastapi import Depends, HTTPException, Security
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
+from idempotency import MAX_KEY_LENGTH
 from ledger import ApiKeys, Role
 from reconciler.service._api_keys import hash_token, well_formed
 
@@ -35,8 +36,9 @@ class Principal:
 
     @property
     def actor(self) -> str:
-        """How the caller is named in audit records."""
-        return f"api-key:{self.key_id} ({self.name})"
+        """How the caller is named in audit records (bounded like every name in the ledger)."""
+        actor = f"api-key:{self.key_id} ({self.name})"
+        return actor if len(actor) <= MAX_KEY_LENGTH else actor[: MAX_KEY_LENGTH - 2] + "…)"
 
 
 class Authenticator:

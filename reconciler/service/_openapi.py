@@ -14,7 +14,7 @@ OVERVIEW = """\
 What happened to write-safe operations, by key; listings by status, tool and age; reconciliation
 on demand; and operator resolution of what reconciliation could not decide.
 
-**Authentication.** Every endpoint except `/healthz` and `/readyz` needs
+**Authentication.** Every endpoint except `/healthz`, `/readyz` and this document needs
 `Authorization: Bearer <API key>`. Keys are made with
 `writesafe keys create --scope S --role reader|operator --name N`; the service stores only their
 SHA-256. A key sees only its own scope: another scope's operation answers 404 exactly like a

@@ -19,6 +19,7 @@ from tests.service.support import SCOPES, Service, assert_problem, issue_keys, s
 
 A, B = SCOPES
 READER, OPERATOR = Role.READER, Role.OPERATOR
+RESOLVE_BODY = {"outcome": "failed", "reason": "checked"}
 
 
 async def test_health_needs_no_key(service: Service) -> None:
@@ -33,10 +34,19 @@ async def test_health_needs_no_key(service: Service) -> None:
 
 
 @pytest.mark.parametrize(
-    "path",
-    ["/v1/operations", "/v1/operations/ok", "/v1/operations/ok/attempts", "/metrics"],
+    ("method", "path"),
+    [
+        ("GET", "/v1/operations"),
+        ("GET", "/v1/operations/ok"),
+        ("GET", "/v1/operations/ok/attempts"),
+        ("GET", "/metrics"),
+        ("POST", "/v1/reconcile"),
+        ("POST", "/v1/operations/ok/resolve"),
+    ],
 )
-async def test_every_other_endpoint_needs_a_valid_key(service: Service, path: str) -> None:
+async def test_every_other_endpoint_needs_a_valid_key(
+    service: Service, method: str, path: str
+) -> None:
     revoked_token = service.tokens[A, OPERATOR]
     store = ApiKeys(service.ws.ledger.engine)
     key_id = revoked_token.split("_")[1]
@@ -50,12 +60,12 @@ async def test_every_other_endpoint_needs_a_valid_key(service: Service, path: st
     }
     for label, token in attempts.items():
         async with service.client(token) as client:
-            response = await client.get(path)
+            response = await client.request(method, path, json=RESOLVE_BODY)
         body = assert_problem(response, 401, "AUTH_REQUIRED")
         assert response.headers["www-authenticate"].startswith("Bearer"), label
         assert body["next_action"] == "authenticate"
     async with service.client(headers={"Authorization": "Basic dXNlcjpwYXNz"}) as client:
-        assert_problem(await client.get(path), 401, "AUTH_REQUIRED")
+        assert_problem(await client.request(method, path), 401, "AUTH_REQUIRED")
 
 
 @pytest.mark.parametrize("role", [READER, OPERATOR])
@@ -313,3 +323,15 @@ async def test_an_unmigrated_ledger_says_so(pg_schema: str) -> None:
         in assert_problem(ready, 503, "TEMP_UNAVAILABLE")["checks"]["database"]
     )
     assert "writesafe db upgrade" in assert_problem(listing, 503, "TEMP_UNAVAILABLE")["message"]
+
+
+async def test_only_health_readiness_and_the_openapi_document_are_open(service: Service) -> None:
+    async with service.client() as client:
+        document = await client.get("/openapi.json")
+        ui = await client.get("/docs")
+    assert document.status_code == 200
+    assert_problem(ui, 404)
+    for path, operations in document.json()["paths"].items():
+        for method, operation in operations.items():
+            opened = path in ("/healthz", "/readyz")
+            assert ("security" not in operation) == opened, (method, path)

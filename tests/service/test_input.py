@@ -12,8 +12,8 @@ import httpx
 import pytest
 
 from idempotency import MAX_KEY_LENGTH
-from ledger import Role, Status
-from reconciler.service import ServiceSettings
+from ledger import ApiKeys, Role, Status
+from reconciler.service import ServiceSettings, create_api_key
 from tests.service.support import SCOPES, Service, assert_problem, seed
 
 A, _ = SCOPES
@@ -221,3 +221,16 @@ async def test_odd_authorization_headers(service: Service) -> None:
             "/v1/operations", headers=httpx.Headers([(b"Authorization", "Bearer ключ".encode())])
         )
     assert_problem(raw, 401, "AUTH_REQUIRED")
+
+
+async def test_a_key_with_the_longest_name_can_resolve(service: Service) -> None:
+    await seed(service.ws, A)
+    _, token = await create_api_key(
+        ApiKeys(service.ws.ledger.engine), scope=A, role=OPERATOR, name="n" * MAX_KEY_LENGTH
+    )
+    async with service.client(token) as client:
+        response = await client.post(RESOLVE, json=GOOD)
+    assert response.status_code == 200, response.text
+    actor = response.json()["attempts"][-1]["actor"]
+    assert actor.startswith("api-key:")
+    assert len(actor) == MAX_KEY_LENGTH
