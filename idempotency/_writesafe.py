@@ -18,7 +18,7 @@ from idempotency._results import ResultCodec
 from idempotency._settings import WriteSafeSettings
 from idempotency._spec import DEFAULT_LOOKUP_TIMEOUT, ToolSpec
 from idempotency._tool import Tool
-from ledger import Clock, Ledger, LedgerNotMigrated, canonical_json
+from ledger import Clock, Ledger, LedgerNotMigrated, canonical_json, loads_json
 from reconciler import (
     CODES,
     DEFAULT_ADAPTER,
@@ -317,7 +317,7 @@ class WriteSafe:
             raise invalid_input("actor", "actor is limited to 255 characters")
         if evidence is not None:
             try:
-                canonical_json(dict(evidence))
+                evidence = loads_json(canonical_json(dict(evidence)))
             except (ValueError, TypeError):
                 raise invalid_input("evidence", "evidence must be a JSON object") from None
         await self.guard()

@@ -7,7 +7,15 @@ from ledger._api_keys import ApiKeyRecord, ApiKeys, Role
 from ledger._clock import Clock, ManualClock, SystemClock
 from ledger._engine import DEFAULT_DATABASE_URL, UnsupportedDatabase, create_engine
 from ledger._json import canonical_json, dumps_json, loads_json
-from ledger._ledger import LEASE_EXPIRED, Claim, DueBatch, Intent, Ledger, Outcome
+from ledger._ledger import (
+    LEASE_EXPIRED,
+    Claim,
+    DueBatch,
+    Intent,
+    Ledger,
+    Outcome,
+    Settlement,
+)
 from ledger._migrations import LedgerNotMigrated, head_revision
 from ledger._models import ApiKey, Attempt, Base, Operation
 from ledger._records import AttemptKind, AttemptRecord, OperationRecord
@@ -43,6 +51,7 @@ __all__ = [
     "OperationRecord",
     "Outcome",
     "Role",
+    "Settlement",
     "Status",
     "SystemClock",
     "UnsupportedDatabase",
