@@ -10,6 +10,7 @@ from alembic.runtime.migration import MigrationContext
 from sqlalchemy import Connection, text
 from sqlalchemy.exc import IntegrityError
 
+from idempotency import WriteSafeError
 from ledger import ApiKeys, Base, Role, head_revision
 from ledger._migrations import VERSION_TABLE
 from reconciler.service import MAX_TOKEN_LENGTH, create_api_key, hash_token
@@ -70,3 +71,18 @@ async def test_the_migrations_build_exactly_the_modelled_schema(make_ws: MakeWri
     assert head_revision() == "0002"
     async with ws.ledger.engine.connect() as conn:
         assert await conn.run_sync(_differences) == []
+
+
+@pytest.mark.parametrize(
+    ("scope", "name"), [("", "n"), (" padded", "n"), ("s", "x" * 256), ("s", "tab\there")]
+)
+async def test_a_key_needs_a_usable_scope_and_name(
+    make_ws: MakeWriteSafe, scope: str, name: str
+) -> None:
+    ws = make_ws()
+    await ws.start()
+    store = ApiKeys(ws.ledger.engine)
+    with pytest.raises(WriteSafeError) as raised:
+        await create_api_key(store, scope=scope, role=Role.READER, name=name)
+    assert raised.value.code == "INPUT_INVALID"
+    assert await store.list(include_revoked=True) == []

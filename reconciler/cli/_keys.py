@@ -12,7 +12,6 @@ from rich.console import Console
 from rich.table import Table
 
 from idempotency import WriteSafe, WriteSafeError
-from idempotency._keys import validate_key
 from ledger import ApiKeyRecord, ApiKeys, LedgerNotMigrated, Role
 from reconciler.cli._exit import ExitCode
 from reconciler.cli._loading import app_or_settings, fail
@@ -47,10 +46,6 @@ def create(
     as_json: JsonOption = False,
 ) -> None:
     """Create a key and print it once: only its SHA-256 is stored, it cannot be shown again."""
-    try:
-        scope, name = validate_key(scope, "scope"), validate_key(name, "name")
-    except WriteSafeError as error:
-        raise fail(error.envelope.message, ExitCode.USAGE) from error
     ws = app_or_settings(app, database_url, schema)
     record, token = _run(ws, lambda keys: create_api_key(keys, scope=scope, role=role, name=name))
     if as_json:
@@ -109,6 +104,8 @@ def _run(ws: WriteSafe, action: Callable[[ApiKeys], Awaitable[T]]) -> T:
 
     try:
         return asyncio.run(run())
+    except WriteSafeError as error:
+        raise fail(error.envelope.message, ExitCode.USAGE) from error
     except LedgerNotMigrated as error:
         raise fail(str(error), ExitCode.FAILED) from error
     except unavailable_errors() as error:

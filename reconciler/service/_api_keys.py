@@ -16,6 +16,7 @@ import hashlib
 import re
 import secrets
 
+from idempotency._keys import validate_key
 from ledger import ApiKeyRecord, ApiKeys, Role
 
 PREFIX = "wsk_"
@@ -37,7 +38,11 @@ def well_formed(token: str) -> bool:
 async def create_api_key(
     store: ApiKeys, *, scope: str, role: Role, name: str
 ) -> tuple[ApiKeyRecord, str]:
-    """Store a new key and return it with its secret, which is shown once and never stored."""
+    """Store a new key and return it with its secret, which is shown once and never stored.
+
+    Raises `WriteSafeError` (INPUT_INVALID) for a scope or name the ledger would not accept.
+    """
+    scope, name = validate_key(scope, "scope"), validate_key(name, "name")
     key_id = secrets.token_hex(6)
     token = f"{PREFIX}{key_id}_{secrets.token_urlsafe(32)}"
     record = await store.add(
