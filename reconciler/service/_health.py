@@ -1,10 +1,14 @@
-"""Liveness, readiness and metrics: what orchestrators and Prometheus ask."""
+"""Liveness, readiness and metrics: what orchestrators and Prometheus ask.
+
+(No `from __future__ import annotations`: FastAPI must resolve the routes' `Depends(operator)`.)
+"""
 
 import asyncio
 from collections.abc import Awaitable, Callable
-from typing import Annotated, Any
+from typing import Annotated
 
 from fastapi import APIRouter, Depends, Response
+from fastapi.responses import JSONResponse
 from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, generate_latest
 
 from ledger import LedgerNotMigrated
@@ -31,7 +35,7 @@ def health_router(ctx: ServiceContext, operator: Callable[..., Awaitable[Princip
         responses=problems(503),
         summary="Readiness: the ledger (and Redis, when configured) answer",
     )
-    async def readyz() -> Any:
+    async def readyz() -> Readiness | JSONResponse:
         checks: dict[str, Check] = {"database": _database(ctx)}
         if ctx.ws.keystore is not None:
             checks["redis"] = _redis(ctx)

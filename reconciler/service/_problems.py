@@ -22,8 +22,8 @@ from starlette.exceptions import HTTPException
 from idempotency import WriteSafeError
 from reconciler import CODES, PROBLEM_MEDIA_TYPE, Code, ErrorEnvelope, to_problem
 
-# HTTP errors that are contract codes; the contract's table gives each the same status back.
-# (400 is FastAPI's "There was an error parsing the body": INPUT_INVALID, 422, like other input.)
+# HTTP errors that are contract codes; the contract's table gives each its status back, except
+# 400 (FastAPI's "There was an error parsing the body"), which becomes 422 like all bad input.
 _ENVELOPE_CODES = {
     400: Code.INPUT_INVALID,
     401: Code.AUTH_REQUIRED,
@@ -71,12 +71,9 @@ def problem_response(
     detail: str | None = None,
     *,
     headers: Mapping[str, str] | None = None,
-    extensions: Mapping[str, Any] | None = None,
 ) -> JSONResponse:
     """A plain problem: `about:blank` with the status phrase as title (RFC 9457 §4.2.1)."""
-    body = ProblemDetails(
-        title=HTTPStatus(status).phrase, status=status, detail=detail, **(extensions or {})
-    )
+    body = ProblemDetails(title=HTTPStatus(status).phrase, status=status, detail=detail)
     return JSONResponse(
         body.model_dump(mode="json", exclude_none=True),
         status_code=status,
