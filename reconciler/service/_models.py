@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator
 
@@ -28,6 +28,7 @@ class ListQuery(BaseModel):
     """Filters and page of `GET /v1/operations`; an unknown parameter is refused, not ignored."""
 
     model_config = ConfigDict(extra="forbid")
+    REPEATABLE: ClassVar[frozenset[str]] = frozenset({"status"})
 
     status: list[Status] | None = Field(default=None, description="Only these (repeatable).")
     tool: str | None = Field(default=None, max_length=MAX_KEY_LENGTH, description="Only this tool.")

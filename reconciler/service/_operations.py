@@ -7,7 +7,8 @@ from collections.abc import Awaitable, Callable
 from datetime import timedelta
 from typing import Annotated
 
-from fastapi import APIRouter, Body, Depends, HTTPException, Path, Query
+from fastapi import APIRouter, Body, Depends, HTTPException, Path, Query, Request
+from fastapi.exceptions import RequestValidationError
 
 from idempotency import (
     MAX_KEY_LENGTH,
@@ -79,8 +80,11 @@ def operations_router(
         summary="Operations by status, tool and age, oldest change first (keyset-paginated)",
     )
     async def list_operations(
-        caller: Annotated[Principal, Depends(authenticate)], query: Annotated[ListQuery, Query()]
+        request: Request,
+        caller: Annotated[Principal, Depends(authenticate)],
+        query: Annotated[ListQuery, Query()],
     ) -> OperationPage:
+        _refuse_repeated(request)
         if query.tool is not None and not _usable(query.tool):
             return OperationPage(items=[], next_cursor=None)  # no tool can have that name
         await ctx.ws.guard()
@@ -145,6 +149,22 @@ async def find(ws: WriteSafe, key: str, scope: str) -> OperationStatus:
     if found is None:
         raise HTTPException(404, _NOT_FOUND)
     return found
+
+
+def _refuse_repeated(request: Request) -> None:
+    """A single-valued parameter given twice is ambiguous (FastAPI would keep the last): 422."""
+    repeated = [
+        name
+        for name in ListQuery.model_fields.keys() - ListQuery.REPEATABLE
+        if len(request.query_params.getlist(name)) > 1
+    ]
+    if repeated:
+        raise RequestValidationError(
+            [
+                {"type": "repeated", "loc": ("query", name), "msg": "given more than once"}
+                for name in sorted(repeated)
+            ]
+        )
 
 
 def _usable(name: str) -> bool:

@@ -79,6 +79,16 @@ async def test_bad_listing_parameters(service: Service, params: dict[str, Any]) 
     assert body["side_effects"] == "none"
 
 
+async def test_a_single_valued_parameter_given_twice_is_refused(service: Service) -> None:
+    async with service.as_(A, READER) as client:
+        twice = await client.get("/v1/operations", params=[("limit", 5), ("limit", 6)])
+        statuses = await client.get(
+            "/v1/operations", params=[("status", "failed"), ("status", "succeeded")]
+        )
+    assert assert_problem(twice, 422, "INPUT_INVALID")["field"] == "limit"
+    assert statuses.status_code == 200
+
+
 async def test_a_tool_filter_no_tool_can_have_matches_nothing(service: Service) -> None:
     await seed(service.ws, A)
     async with service.as_(A, READER) as client:
