@@ -3,6 +3,7 @@
 The ledger is the source of truth of writesafe. It imports neither `idempotency` nor `reconciler`.
 """
 
+from ledger._api_keys import ApiKeyRecord, ApiKeys, Role
 from ledger._clock import Clock, ManualClock, SystemClock
 from ledger._engine import DEFAULT_DATABASE_URL, UnsupportedDatabase, create_engine
 from ledger._json import canonical_json, dumps_json, loads_json
@@ -16,7 +17,7 @@ from ledger._ledger import (
     Settlement,
 )
 from ledger._migrations import LedgerNotMigrated, head_revision
-from ledger._models import Attempt, Base, Operation
+from ledger._models import ApiKey, Attempt, Base, Operation
 from ledger._records import AttemptKind, AttemptRecord, OperationRecord
 from ledger._states import (
     FINAL_STATES,
@@ -31,6 +32,9 @@ __all__ = [
     "FINAL_STATES",
     "LEASE_EXPIRED",
     "TRANSITIONS",
+    "ApiKey",
+    "ApiKeyRecord",
+    "ApiKeys",
     "Attempt",
     "AttemptKind",
     "AttemptRecord",
@@ -46,6 +50,7 @@ __all__ = [
     "Operation",
     "OperationRecord",
     "Outcome",
+    "Role",
     "Settlement",
     "Status",
     "SystemClock",

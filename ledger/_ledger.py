@@ -17,9 +17,11 @@ from sqlalchemy import (
     ColumnElement,
     Select,
     Table,
+    and_,
     column,
     func,
     insert,
+    or_,
     select,
     update,
     values,
@@ -144,9 +146,15 @@ class Ledger:
         statuses: Sequence[Status] | None = None,
         tool: str | None = None,
         scope: str | None = None,
+        updated_before: datetime | None = None,
+        after: tuple[datetime, int] | None = None,
         limit: int = 100,
     ) -> list[OperationRecord]:
-        """Operations by status/tool/scope, oldest change first (served by the status indexes)."""
+        """Operations by status/tool/scope/age, oldest change first (served by the status indexes).
+
+        Keyset pagination: pass the `(updated_at, id)` of the last row seen as `after` to get the
+        rows that follow it; unlike an offset, a page stays correct while rows are added.
+        """
         query = select(operations).order_by(operations.c.updated_at, operations.c.id).limit(limit)
         if statuses:
             query = query.where(operations.c.status.in_([s.value for s in statuses]))
@@ -154,9 +162,35 @@ class Ledger:
             query = query.where(operations.c.tool == tool)
         if scope is not None:
             query = query.where(operations.c.scope == scope)
+        if updated_before is not None:
+            query = query.where(operations.c.updated_at <= updated_before)
+        if after is not None:
+            updated_at, last_id = after
+            query = query.where(
+                or_(
+                    operations.c.updated_at > updated_at,
+                    and_(operations.c.updated_at == updated_at, operations.c.id > last_id),
+                )
+            )
         async with self.engine.connect() as conn:
             rows = (await conn.execute(query)).mappings().all()
         return [OperationRecord.from_row(row) for row in rows]
+
+    async def count_by_status(self, statuses: Sequence[Status]) -> dict[Status, int]:
+        """How many operations are in each of `statuses` (all scopes), zeros included."""
+        query = (
+            select(operations.c.status, func.count())
+            .where(operations.c.status.in_([s.value for s in statuses]))
+            .group_by(operations.c.status)
+        )
+        async with self.engine.connect() as conn:
+            counted = {Status(status): n for status, n in (await conn.execute(query)).all()}
+        return {status: counted.get(status, 0) for status in statuses}
+
+    async def ping(self) -> None:
+        """Raise unless the database answers a trivial query."""
+        async with self.engine.connect() as conn:
+            await conn.execute(select(1))
 
     # -- claims --------------------------------------------------------------------------
 

@@ -55,7 +55,13 @@ from reconciler._rules import NOT_JSON, ResponseAdapter, Rule
 from reconciler._schema import envelope_json_schema
 from reconciler._single import ReconcilerBusy
 from reconciler._tool_error import ToolError
-from reconciler._views import AttemptView, OperationStatus, attempts_left, operation_info
+from reconciler._views import (
+    AttemptView,
+    OperationStatus,
+    OperationSummary,
+    attempts_left,
+    operation_info,
+)
 from reconciler._webmcp import WEBMCP_CODES, WebMcpCode, from_webmcp, to_webmcp
 from reconciler._wire import read_envelope
 
@@ -95,6 +101,7 @@ __all__ = [
     "OperationInfo",
     "OperationNotFound",
     "OperationStatus",
+    "OperationSummary",
     "Problem",
     "RawResponse",
     "ReconcilePolicy",

@@ -32,6 +32,9 @@ def import_object(path: str, example: str = "myapp.tools:ws") -> object:
         module = importlib.import_module(module_name)
     except ImportError as error:
         raise fail(f"cannot import {module_name!r}: {error}", ExitCode.USAGE) from error
+    except Exception as error:  # the user's module raised while importing: say so, briefly
+        message = f"importing {module_name!r} failed: {type(error).__name__}: {error}"
+        raise fail(message, ExitCode.USAGE) from error
     value: object = module
     for part in attribute.split("."):
         if not hasattr(value, part):

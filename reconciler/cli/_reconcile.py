@@ -22,12 +22,9 @@ from idempotency import ReconcilerBusy, ReconcileReport, WriteSafe
 from ledger import LedgerNotMigrated
 from reconciler.cli._exit import ExitCode
 from reconciler.cli._loading import fail, load_app
-from reconciler.cli._options import JsonOption
+from reconciler.cli._options import AppArgument, JsonOption
 from reconciler.cli._stores import unavailable_errors
 
-AppArgument = Annotated[
-    str, typer.Argument(help="Your WriteSafe as module:attribute (e.g. myapp.tools:ws).")
-]
 WatchOption = Annotated[
     bool,
     typer.Option(
