@@ -197,7 +197,10 @@ class Guard:
             holds_store_lease = store.state is LeaseState.ACQUIRED
         try:
             claim = await self._claim(call, owner)
-            answer = await self._proceed(call, claim, owner)
+            try:
+                answer = await self._proceed(call, claim, owner)
+            except LEDGER_ERRORS as error:
+                raise self._ledger_lost(call, claim.operation) from error
             return answer
         finally:
             if holds_store_lease:
@@ -531,6 +534,32 @@ class Guard:
                 Code.IN_PROGRESS,
                 f"another call with key {call.key!r} is executing",
                 retry_after_ms=retry_after_ms or 1_000,
+            )
+        )
+
+    def _ledger_lost(self, call: GuardedCall, operation: OperationRecord) -> WriteSafeError:
+        """The ledger failed while deciding about an existing operation; this call wrote nothing.
+
+        What the caller may assume is what the operation already was: a failed one proved no
+        effect, anything else may still have one.
+        """
+        logger.warning("ledger unavailable while deciding %s/%s", call.scope, call.key)
+        if operation.status is Status.FAILED:
+            return WriteSafeError(
+                self.codes.envelope(
+                    Code.TEMP_UNAVAILABLE,
+                    "the ledger is unavailable; the write was not started",
+                    retry_after_ms=1_000,
+                    side_effects=SideEffects.NONE,
+                    operation=operation_info(operation),
+                )
+            )
+        return WriteSafeError(
+            self.codes.envelope(
+                Code.OUTCOME_UNKNOWN,
+                "the ledger is unavailable; an earlier execution may have been applied",
+                retry_after_ms=1_000,
+                operation=operation_info(operation),
             )
         )
 
