@@ -315,33 +315,40 @@ def check_wrong_results(cases: CaseFile, pairs: Sequence[PairReport]) -> list[Wr
 def _check(
     cases: CaseFile, entry: Mapping[str, Any], pairs: Sequence[PairReport]
 ) -> WrongResultCheck:
+    """Rejected only if, on every pair where the case matches as recorded, the edit breaks it.
+
+    An edit naming a `pair` is checked there when that pair was run, else on every run pair.
+    """
     wrong_id = str(entry.get("id"))
     edit = dict(entry) if "case" in entry else BUILTIN_WRONG_RESULTS.get(wrong_id)
     if edit is None:
         return WrongResultCheck(wrong_id, False, "no edit defined for this wrong result")
     case_id = edit["case"]
-    targets = [p for p in pairs if "pair" not in edit or p.name == edit["pair"]]
-    checked = [p for p in targets if p.observed.get(case_id) is not None]
-    if not checked:
-        return WrongResultCheck(wrong_id, False, f"no run pair observed {case_id}")
-    for pair in checked:
-        expected = expected_results(cases.case(case_id))
-        observed = pair.observed[case_id]
-        assert observed is not None
-        if compare(expected, observed):
-            return WrongResultCheck(
-                wrong_id, False, f"{case_id} does not match on {pair.name} even unchanged"
-            )
+    if case_id not in {case["id"] for case in cases.cases}:
+        return WrongResultCheck(wrong_id, False, f"the file has no case {case_id}")
+    recorded = expected_results(cases.case(case_id))
+    candidates = [p for p in pairs if p.name == edit.get("pair")] or list(pairs)
+    matching = [
+        (p, seen)
+        for p in candidates
+        if (seen := p.observed.get(case_id)) is not None and not compare(recorded, seen)
+    ]
+    if not matching:
+        return WrongResultCheck(wrong_id, False, f"no run pair matched {case_id} as recorded")
+    differing: set[str] = set()
+    for pair, seen in matching:
+        expected, observed = recorded, seen
         if edit.get("target") == "expected":
-            expected = _edited(expected, edit)
+            expected = _edited(recorded, edit)
         else:
-            observed = _edited(observed, edit)
+            observed = _edited(seen, edit)
         differences = compare(expected, observed)
         over_budget = cases.budget is not None and len(observed.get("trace") or []) > cases.budget
         if not differences and not over_budget:
             return WrongResultCheck(wrong_id, False, f"accepted on {pair.name}")
-    keys = ", ".join(sorted({m.key for m in differences})) or "budget"
-    names = ", ".join(p.name for p in checked)
+        differing.update(m.key for m in differences)
+    keys = ", ".join(sorted(differing)) or "budget"
+    names = ", ".join(p.name for p, _ in matching)
     return WrongResultCheck(wrong_id, True, f"{case_id} on {names}: mismatch in {keys}")
 
 

@@ -187,7 +187,7 @@ def test_unknown_wrong_results_and_unchecked_ones_fail_the_report() -> None:
     report = evaluate(cases, [PairRun("s", "a", perfect(SHIPMENT))])
     assert [(w.rejected, w.detail) for w in report.wrong_results] == [
         (False, "no edit defined for this wrong result"),
-        (False, "no run pair observed invalid_postcode"),
+        (False, "the file has no case invalid_postcode"),
     ]
     assert not report.ok
 
@@ -229,3 +229,16 @@ def test_malformed_cases_files_are_refused(tmp_path: Path, document: str) -> Non
     path.write_text(document)
     with pytest.raises(ValueError, match="cases"):
         CaseFile.load(path)
+
+
+def test_a_wrong_result_counts_only_where_the_case_matches_as_recorded() -> None:
+    cases = CaseFile(
+        path="inline",
+        cases=({"id": "one", "writes": 1},),
+        wrong_results=({"id": "w", "target": "expected", "case": "one", "set": {"writes": 2}},),
+    )
+    # The system already disagrees with the recording: breaking the recording proves nothing.
+    report = evaluate(cases, [PairRun("b", "a", {"one": {"writes": 2}})])
+    assert [(w.rejected, w.detail) for w in report.wrong_results] == [
+        (False, "no run pair matched one as recorded")
+    ]

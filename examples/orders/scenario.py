@@ -17,7 +17,15 @@ import httpx
 from examples._sandbox import executions, sandbox
 from examples.orders.adapters import adapter1, adapter2, adapter3
 from examples.orders.backends import OrderService, backend1, backend2
-from idempotency import Found, NotFound, Unknown, WriteSafe, WriteSafeError
+from idempotency import (
+    Found,
+    LookupOperation,
+    NotFound,
+    Tool,
+    Unknown,
+    WriteSafe,
+    WriteSafeError,
+)
 from reconciler import Adapter, AttemptView
 
 MAX_EXECUTIONS = 3
@@ -77,10 +85,12 @@ class OrdersRunner:
         return observed
 
 
-def _submit_order_tool(ws: WriteSafe, http: httpx.AsyncClient, adapter: Adapter) -> Any:
+def _submit_order_tool(
+    ws: WriteSafe, http: httpx.AsyncClient, adapter: Adapter
+) -> Tool[dict[str, Any]]:
     """The guarded write, forwarding the idempotency key, and its lookup by that key."""
 
-    async def find_order(operation: Any) -> Found | NotFound | Unknown:
+    async def find_order(operation: LookupOperation) -> Found | NotFound | Unknown:
         response = await http.get("/orders", params={"reference": operation.key})
         if response.status_code == 200:
             return Found(response.json())
