@@ -13,6 +13,7 @@ import logging
 import time
 import uuid
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 from sqlalchemy.exc import SQLAlchemyError
@@ -28,9 +29,25 @@ from idempotency._context import OperationContext, reset_current, set_current
 from idempotency._errors import WriteSafeError
 from idempotency._gate import Resumed, replay_gate
 from idempotency._keystore import LeaseState, RedisKeyStore
-from idempotency._metrics import CALL_SECONDS, CALLS, EXECUTIONS, LEASES_LOST
+from idempotency._metrics import (
+    CALL_SECONDS,
+    CALLS,
+    EXECUTIONS,
+    LEASES_LOST,
+    RETRIES,
+    RETRIES_THROTTLED,
+)
 from idempotency._spec import GuardedCall
-from ledger import Claim, Intent, Ledger, OperationRecord, Outcome, Status, dumps_json
+from ledger import (
+    Claim,
+    Intent,
+    Ledger,
+    OperationRecord,
+    Outcome,
+    Status,
+    dumps_json,
+    loads_json,
+)
 from reconciler import (
     Classification,
     Code,
@@ -38,6 +55,8 @@ from reconciler import (
     Continuation,
     ErrorEnvelope,
     FailedOperation,
+    OperationInfo,
+    RetrySignal,
     SideEffects,
     decide_continuation,
     exception_evidence,
@@ -66,7 +85,16 @@ class GuardSettings:
 class _Answer:
     value: Any
     kind: str  # "executed", "replayed" or "reconciled", for metrics
-    cache: str | None  # the result JSON the key store may cache
+    succeeded: OperationRecord | None  # the ledger row the key store may cache
+
+
+class _Retryable(RetrySignal):
+    """A failed execution that proved no effect and may be retried within the budget."""
+
+    def __init__(self, envelope: ErrorEnvelope, outcome: Outcome, failed_at: datetime) -> None:
+        super().__init__(envelope)
+        self.outcome = outcome
+        self.failed_at = failed_at
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,17 +116,23 @@ class Guard:
         self.keystore = keystore
         self.codes = codes
         self.settings = settings
-        # In-process single flight: same-key calls in this process wait on the first one's
-        # future instead of polling the stores.
-        self._local: dict[tuple[str, str], asyncio.Future[None]] = {}
+        # In-process single flight: same-key, same-payload calls in this process wait on the
+        # first one's future instead of polling the stores.
+        self._local: dict[tuple[str, str], tuple[str, asyncio.Future[None]]] = {}
 
     async def call(self, call: GuardedCall) -> Any:
+        value, _ = await self.run(call)
+        return value
+
+    async def run(self, call: GuardedCall) -> tuple[Any, bool]:
+        """The call's result, and whether it was replayed rather than executed by this call
+        (integrations tell their callers, e.g. HTTP `Idempotent-Replayed: true`)."""
         started = time.perf_counter()
         answer = "error"
         try:
             result = await self._call(call)
             answer = result.kind
-            return result.value
+            return result.value, result.kind != "executed"
         except WriteSafeError as error:
             answer = error.code
             raise
@@ -110,19 +144,23 @@ class Guard:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + call.tool.wait_timeout
         slot = (call.scope, call.key)
-        leader = self._local.get(slot)
-        if leader is not None:
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(asyncio.shield(leader), deadline - loop.time())
-            if not leader.done():
-                raise self._in_progress(call, None)
+        local = self._local.get(slot)
+        if local is not None:
+            fingerprint, leader = local
+            if fingerprint == call.fingerprint:
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(asyncio.shield(leader), deadline - loop.time())
+                if not leader.done():
+                    raise self._in_progress(call, None)
+            # A different payload does not wait: the stores answer it (KEY_REUSED, or a
+            # continuation once the first call has failed).
             return await self._lead(call, deadline)
         done: asyncio.Future[None] = loop.create_future()
-        self._local[slot] = done
+        self._local[slot] = (call.fingerprint, done)
         try:
             return await self._lead(call, deadline)
         finally:
-            if self._local.get(slot) is done:
+            if self._local.get(slot, (None, None))[1] is done:
                 del self._local[slot]
             done.set_result(None)
 
@@ -142,16 +180,19 @@ class Guard:
 
     async def _attempt(self, call: GuardedCall) -> _Answer | _Busy:
         owner = uuid.uuid4().hex
+        # The Redis lease token names the payload too, so a busy lease tells a duplicate from a
+        # different payload that the ledger must judge (KEY_REUSED or a continuation).
+        token = f"{owner}/{call.fingerprint}"
         holds_store_lease = False
         answer: _Answer | _Busy | None = None
         if self.keystore is not None:
             store = await self.keystore.claim(
-                call.scope, call.key, owner, self.settings.lease_seconds
+                call.scope, call.key, token, self.settings.lease_seconds
             )
             if store.state is LeaseState.CACHED:
-                assert store.cached is not None
-                return self._replay_cached(call, store.cached)
-            if store.state is LeaseState.BUSY:
+                assert store.value is not None
+                return self._replay_cached(call, store.value)
+            if store.state is LeaseState.BUSY and _same_payload(store.value, call.fingerprint):
                 return _Busy(_MIN_RETRY_AFTER_MS)
             holds_store_lease = store.state is LeaseState.ACQUIRED
         try:
@@ -162,9 +203,9 @@ class Guard:
             if holds_store_lease:
                 assert self.keystore is not None
                 cache = None
-                if isinstance(answer, _Answer) and answer.cache is not None:
-                    cache = f"{call.fingerprint}\n{answer.cache}"
-                await self.keystore.finish(call.scope, call.key, owner, cache)
+                if isinstance(answer, _Answer) and answer.succeeded is not None:
+                    cache = _cache_entry(answer.succeeded)
+                await self.keystore.finish(call.scope, call.key, token, cache)
 
     async def _claim(self, call: GuardedCall, owner: str) -> Claim:
         intent = self._intent(call, owner)
@@ -211,13 +252,13 @@ class Guard:
         same_payload = operation.fingerprint == call.fingerprint
         if operation.status is Status.SUCCEEDED:
             if not same_payload:
-                raise self._key_reused(call, operation)
+                raise self._key_reused(call, operation.tool, operation_info(operation))
             assert operation.result is not None
-            return _Answer(call.tool.codec.decode(operation.result), "replayed", operation.result)
+            return _Answer(call.tool.codec.decode(operation.result), "replayed", operation)
         if operation.status is Status.FAILED:
             return await self._continue_failed(call, operation, owner)
         if not same_payload:
-            raise self._key_reused(call, operation)
+            raise self._key_reused(call, operation.tool, operation_info(operation))
         if operation.status is Status.IN_FLIGHT:
             now = self.ledger.clock.now()
             if not operation.lease_expired(now):
@@ -235,7 +276,7 @@ class Guard:
             return _Busy(0)
         if isinstance(decision, Resumed):
             return await self._execute(call, decision.operation, owner)
-        return _Answer(decision.value, "reconciled", decision.encoded)
+        return _Answer(decision.value, "reconciled", decision.operation)
 
     async def _continue_failed(
         self, call: GuardedCall, operation: OperationRecord, owner: str
@@ -257,7 +298,7 @@ class Guard:
             codes=self.codes,
         )
         if decision is Continuation.KEY_REUSED:
-            raise self._key_reused(call, operation)
+            raise self._key_reused(call, operation.tool, operation_info(operation))
         if decision is Continuation.STORED_FAILURE:
             envelope = stored or self.codes.envelope(Code.UNKNOWN_ERROR, "failed")
             raise WriteSafeError(envelope.with_operation(operation_info(operation)))
@@ -267,10 +308,36 @@ class Guard:
         return await self._execute(call, restarted, owner)
 
     async def _execute(self, call: GuardedCall, operation: OperationRecord, owner: str) -> _Answer:
-        """Run the write once under its timeout and lease, and record what happened."""
+        """Run the write under its lease, retrying automatically only where no effect is proven."""
+        renewer = asyncio.create_task(self._keep_lease(call, operation, owner))
+        failure: _Retryable | None = None
+        try:
+            async for attempt in AsyncRetrying(
+                retry=retry_if_exception_type(_Retryable),
+                wait=call.tool.retry_policy.wait(),
+                sleep=self.ledger.clock.sleep,
+                reraise=True,
+            ):
+                with attempt:
+                    if failure is not None:
+                        operation = await self._next_execution(call, operation, owner, failure)
+                    try:
+                        return await self._execute_once(call, operation, owner)
+                    except _Retryable as retryable:
+                        failure = retryable
+                        raise
+        finally:
+            renewer.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await renewer
+        raise AssertionError("unreachable: the retry loop returns or raises")
+
+    async def _execute_once(
+        self, call: GuardedCall, operation: OperationRecord, owner: str
+    ) -> _Answer:
+        """Run the write once under its timeout, and record what happened."""
         context = OperationContext(call.key, call.scope, call.tool.name, operation.executions)
         token = set_current(context)
-        renewer = asyncio.create_task(self._keep_lease(call, operation, owner))
         try:
             deadline = asyncio.timeout(call.tool.timeout)
             try:
@@ -278,38 +345,82 @@ class Guard:
                     value = await call.invoke()
             except BaseException as error:
                 classification = self._classify(call, error, timed_out=deadline.expired())
-                envelope = classification.envelope
-                status = (
-                    Status.FAILED
-                    if envelope.side_effects is SideEffects.NONE
-                    else Status.OUTCOME_UNKNOWN
-                )
-                outcome = Outcome(
-                    status=status,
-                    error=dumps_json(envelope.to_json_dict()),
-                    code=envelope.code,
-                    evidence=dumps_json(classification.evidence),
-                )
                 if _leaving(error):
                     # The caller is going away: record what we know, then let it go.
+                    outcome = _failure_outcome(classification)
                     await asyncio.shield(self._record(call, operation, owner, outcome))
                     raise
-                recorded = await self._record(call, operation, owner, outcome)
-                if recorded is None:
-                    raise self._unrecorded(call, operation) from error
-                raise WriteSafeError(envelope.with_operation(operation_info(recorded))) from error
+                raise await self._failed(call, operation, owner, classification) from error
+            call.tool.retry_budget.record_success()
             encoded = call.tool.codec.encode(value)
             recorded = await self._record(
                 call, operation, owner, Outcome(Status.SUCCEEDED, result=encoded)
             )
             if recorded is None:
                 raise self._unrecorded(call, operation)
-            return _Answer(value, "executed", encoded)
+            return _Answer(value, "executed", recorded)
         finally:
-            renewer.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await renewer
             reset_current(token)
+
+    async def _failed(
+        self,
+        call: GuardedCall,
+        operation: OperationRecord,
+        owner: str,
+        classification: Classification,
+    ) -> Exception:
+        """Decide how a failed execution ends: another execution, or an envelope for the caller."""
+        envelope = classification.envelope
+        outcome = _failure_outcome(classification)
+        throttled = False
+        if envelope.retryable and envelope.side_effects is SideEffects.NONE:
+            retry_allowed = call.tool.retry_budget.record_failure()
+            if operation.executions >= operation.max_executions:
+                outcome = self._exhausted(operation, outcome, envelope)
+                envelope = ErrorEnvelope.model_validate_json(outcome.error or "")
+            elif retry_allowed:
+                RETRIES.labels(call.tool.name).inc()
+                return _Retryable(envelope, outcome, self.ledger.clock.now())
+            else:
+                RETRIES_THROTTLED.labels(call.tool.name).inc()
+                throttled = True
+        recorded = await self._record(call, operation, owner, outcome)
+        if recorded is None:
+            return self._unrecorded(call, operation)
+        info = operation_info(recorded).model_copy(update={"throttled": throttled})
+        return WriteSafeError(envelope.with_operation(info))
+
+    def _exhausted(
+        self, operation: OperationRecord, last: Outcome, envelope: ErrorEnvelope
+    ) -> Outcome:
+        """The operation ends RETRY_EXHAUSTED; its last attempt keeps the answer it really got."""
+        exhausted = self.codes.envelope(
+            Code.RETRY_EXHAUSTED,
+            f"gave up after {operation.executions} executions; the last answer was "
+            f"{envelope.code}: {envelope.message}",
+        )
+        return Outcome(
+            status=Status.FAILED,
+            error=dumps_json(exhausted.to_json_dict()),
+            code=exhausted.code,
+            evidence=last.evidence,
+            attempt_error=last.error,
+            attempt_code=last.code,
+        )
+
+    async def _next_execution(
+        self, call: GuardedCall, operation: OperationRecord, owner: str, failure: _Retryable
+    ) -> OperationRecord:
+        """Record the failed execution and open the next one; a lost lease ends the call."""
+        intent = self._intent(call, owner)
+        try:
+            row = await self.ledger.retry(operation, intent, failure.outcome, failure.failed_at)
+        except LEDGER_ERRORS:
+            row = None
+        if row is None:
+            # Fenced off, or the ledger is gone: end with the failure seen (it had no effect).
+            raise WriteSafeError(failure.envelope.with_operation(operation_info(operation)))
+        return row
 
     async def _record(
         self, call: GuardedCall, operation: OperationRecord, owner: str, outcome: Outcome
@@ -393,24 +504,24 @@ class Guard:
             return Classification(envelope, exception_evidence(broken))
 
     def _replay_cached(self, call: GuardedCall, cached: str) -> _Answer:
-        fingerprint, _, result = cached.partition("\n")
-        if fingerprint != call.fingerprint:
-            raise WriteSafeError(
-                self.codes.envelope(
-                    Code.KEY_REUSED,
-                    "this key was already used with a different payload",
-                    field="idempotency_key",
-                )
+        entry = loads_json(cached)
+        if entry["fingerprint"] != call.fingerprint:
+            info = OperationInfo(
+                key=call.key,
+                status=Status.SUCCEEDED.value,
+                attempt=entry["executions"],
+                attempts_left=max(entry["max_executions"] - entry["executions"], 0),
             )
-        return _Answer(call.tool.codec.decode(result), "replayed", None)
+            raise self._key_reused(call, entry["tool"], info)
+        return _Answer(call.tool.codec.decode(entry["result"]), "replayed", None)
 
-    def _key_reused(self, call: GuardedCall, operation: OperationRecord) -> WriteSafeError:
+    def _key_reused(self, call: GuardedCall, tool: str, info: OperationInfo) -> WriteSafeError:
         return WriteSafeError(
             self.codes.envelope(
                 Code.KEY_REUSED,
-                f"key {call.key!r} was already used for a different payload of {operation.tool}",
+                f"key {call.key!r} was already used for a different payload of {tool}",
                 field="idempotency_key",
-                operation=operation_info(operation),
+                operation=info,
             )
         )
 
@@ -435,6 +546,34 @@ class Guard:
 
 def _stored_envelope(operation: OperationRecord) -> ErrorEnvelope | None:
     return None if operation.error is None else ErrorEnvelope.model_validate_json(operation.error)
+
+
+def _same_payload(lease_token: str | None, fingerprint: str) -> bool:
+    return lease_token is None or lease_token.endswith(f"/{fingerprint}")
+
+
+def _cache_entry(operation: OperationRecord) -> str:
+    """What Redis keeps of a succeeded operation: enough to replay it or refuse a reuse."""
+    return dumps_json(
+        {
+            "fingerprint": operation.fingerprint,
+            "tool": operation.tool,
+            "result": operation.result,
+            "executions": operation.executions,
+            "max_executions": operation.max_executions,
+        }
+    )
+
+
+def _failure_outcome(classification: Classification) -> Outcome:
+    envelope = classification.envelope
+    no_effect = envelope.side_effects is SideEffects.NONE
+    return Outcome(
+        status=Status.FAILED if no_effect else Status.OUTCOME_UNKNOWN,
+        error=dumps_json(envelope.to_json_dict()),
+        code=envelope.code,
+        evidence=dumps_json(classification.evidence),
+    )
 
 
 def _leaving(error: BaseException) -> bool:

@@ -9,7 +9,7 @@ from typing import Any
 
 from idempotency._arguments import BoundCall
 from idempotency._results import ResultCodec
-from reconciler import Adapter, Lookup, LookupSpec
+from reconciler import Adapter, Lookup, LookupSpec, RetryBudget, RetryPolicy
 
 DEFAULT_LOOKUP_TIMEOUT = 5.0
 
@@ -30,6 +30,8 @@ class ToolSpec:
     lookup: Lookup | None
     settle_after: float
     passes_key: bool
+    retry_policy: RetryPolicy
+    retry_budget: RetryBudget
     lookup_timeout: float = DEFAULT_LOOKUP_TIMEOUT
 
     def lookup_spec(self) -> LookupSpec:

@@ -22,6 +22,7 @@ from ledger import Clock, Ledger, LedgerNotMigrated, canonical_json, loads_json
 from reconciler import (
     CODES,
     DEFAULT_ADAPTER,
+    DEFAULT_RETRY_POLICY,
     Adapter,
     Code,
     CodeRegistry,
@@ -32,6 +33,8 @@ from reconciler import (
     Reconciler,
     ReconcileReport,
     Resolution,
+    RetryBudget,
+    RetryPolicy,
     resolve_operation,
 )
 
@@ -80,6 +83,7 @@ class WriteSafe:
             schema=self.settings.db_schema,
             clock=clock,
             connect_timeout=self.settings.connect_timeout,
+            pool_size=self.settings.pool_size,
         )
         self.keystore = (
             RedisKeyStore(
@@ -98,6 +102,7 @@ class WriteSafe:
         )
         self._auto_migrate = self.ledger.is_sqlite if auto_migrate is None else auto_migrate
         self._tools: dict[str, Tool[Any]] = {}
+        self._retry_budgets: dict[str, RetryBudget] = {}
         self._lookups: dict[str, LookupSpec] = {}
         self._reconciler: Reconciler | None = None
         self._ready = False
@@ -117,9 +122,13 @@ class WriteSafe:
         settle_after: float = 5.0,
         wait_timeout: float | None = None,
         lookup_timeout: float = DEFAULT_LOOKUP_TIMEOUT,
+        retry: RetryPolicy = DEFAULT_RETRY_POLICY,
+        dependency: str | None = None,
     ) -> Callable[[Callable[..., Awaitable[R]]], Tool[R]]:
-        """Register an async write as a guarded tool named `name` (the name is part of the
-        fingerprint and of every ledger row, so keep it stable).
+        """Register an async write as a guarded tool named `name`.
+
+        The name is part of the fingerprint and of every ledger row, so keep it stable. Tools
+        naming the same `dependency` (default: the tool's name) share one retry budget.
 
         `lookup(op)` answers whether an operation's effect exists downstream (`Found(result)`,
         `NotFound()`, `Unknown(reason)`), within `lookup_timeout` seconds; a `NotFound` counts only
@@ -164,6 +173,8 @@ class WriteSafe:
                 lookup=lookup,
                 settle_after=settle_after,
                 passes_key=passes_key,
+                retry_policy=retry,
+                retry_budget=self._retry_budgets.setdefault(dependency or name, RetryBudget()),
                 lookup_timeout=lookup_timeout,
             )
             tool: Tool[R] = Tool(self, spec)

@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import typer
 
+from reconciler.cli._contract import contract_app
 from reconciler.cli._db import db_app
+from reconciler.cli._demo import demo
 from reconciler.cli._reconcile import reconcile
 from reconciler.cli._resolve import resolve
 from reconciler.cli._status import status
@@ -22,10 +24,12 @@ app = typer.Typer(
     no_args_is_help=True,
     pretty_exceptions_show_locals=False,
 )
+app.command("demo")(demo)
 app.command("status")(status)
 app.command("reconcile")(reconcile)
 app.command("resolve")(resolve)
 app.add_typer(db_app, name="db")
+app.add_typer(contract_app, name="contract")
 
 
 def main() -> None:
