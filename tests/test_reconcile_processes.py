@@ -334,7 +334,7 @@ def test_writesafe_resolve_settles_needs_attention_on_the_record(deployment: Dep
     assert operator["evidence"]["operator_evidence"] == {"ticket": "OPS-7"}
     again = deployment.run(*resolve, "--outcome", "failed", *reason)
     assert again.returncode == 1
-    assert "only needs_attention operations are resolved" in again.stderr
+    assert "only needs_attention operations are resolved" in _flat(again.stderr)
     missing = deployment.run(
         str(WRITESAFE), "resolve", "nope", "--app", "tests.apps.shop_app:ws",
         "--outcome", "failed", *reason,
@@ -342,7 +342,7 @@ def test_writesafe_resolve_settles_needs_attention_on_the_record(deployment: Dep
     assert missing.returncode == 4
     bad = deployment.run(*resolve, "--outcome", "succeeded", "--result", "{oops", *reason)
     assert bad.returncode == 2
-    assert "--result is not valid JSON" in bad.stderr
+    assert "--result is not valid JSON" in _flat(bad.stderr)
 
 
 @pytest.mark.parametrize("backend", ["sqlite"])
@@ -353,7 +353,7 @@ def test_writesafe_reconcile_reports_and_refuses_clearly(deployment: Deployment)
 
     unknown_tool = deployment.run(*reconcile, "--tool", "nope")
     assert unknown_tool.returncode == 2
-    assert "no tool named 'nope'" in unknown_tool.stderr
+    assert "no tool named 'nope'" in _flat(unknown_tool.stderr)
     database = Path(deployment.ledger_url.removeprefix("sqlite+aiosqlite:///"))
     held = SingleWorkerLock(database)
     held.acquire()
@@ -362,7 +362,7 @@ def test_writesafe_reconcile_reports_and_refuses_clearly(deployment: Deployment)
     finally:
         held.release()
     assert busy.returncode == 1
-    assert "one reconciler at a time" in " ".join(busy.stderr.split())
+    assert "one reconciler at a time" in _flat(busy.stderr)
 
     done = deployment.run(*reconcile, "--once")
 
@@ -372,6 +372,11 @@ def test_writesafe_reconcile_reports_and_refuses_clearly(deployment: Deployment)
     counts = {label.strip(): value.strip() for label, value in rows.items()}
     assert (counts["examined"], counts["found (succeeded)"]) == ("2", "1")
     assert counts["absent (failed, may continue)"] == "1"
+
+
+def _flat(text: str) -> str:
+    """The CLI's message without the line breaks rich puts in at the terminal width."""
+    return " ".join(text.split())
 
 
 async def _seed_needs_attention(deployment: Deployment, key: str) -> None:
