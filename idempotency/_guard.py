@@ -13,6 +13,7 @@ import logging
 import time
 import uuid
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 from sqlalchemy.exc import SQLAlchemyError
@@ -27,7 +28,14 @@ from tenacity import (
 from idempotency._context import OperationContext, reset_current, set_current
 from idempotency._errors import WriteSafeError
 from idempotency._keystore import LeaseState, RedisKeyStore
-from idempotency._metrics import CALL_SECONDS, CALLS, EXECUTIONS, LEASES_LOST
+from idempotency._metrics import (
+    CALL_SECONDS,
+    CALLS,
+    EXECUTIONS,
+    LEASES_LOST,
+    RETRIES,
+    RETRIES_THROTTLED,
+)
 from idempotency._spec import GuardedCall
 from ledger import Claim, Intent, Ledger, OperationRecord, Outcome, Status, dumps_json
 from reconciler import (
@@ -37,6 +45,7 @@ from reconciler import (
     Continuation,
     ErrorEnvelope,
     FailedOperation,
+    RetrySignal,
     SideEffects,
     decide_continuation,
     exception_evidence,
@@ -66,6 +75,15 @@ class _Answer:
     value: Any
     kind: str  # "executed" or "replayed", for metrics
     cache: str | None  # the result JSON the key store may cache
+
+
+class _Retryable(RetrySignal):
+    """A failed execution that proved no effect and may be retried within the budget."""
+
+    def __init__(self, envelope: ErrorEnvelope, outcome: Outcome, failed_at: datetime) -> None:
+        super().__init__(envelope)
+        self.outcome = outcome
+        self.failed_at = failed_at
 
 
 @dataclass(frozen=True, slots=True)
@@ -259,10 +277,36 @@ class Guard:
         return await self._execute(call, restarted, owner)
 
     async def _execute(self, call: GuardedCall, operation: OperationRecord, owner: str) -> _Answer:
-        """Run the write once under its timeout and lease, and record what happened."""
+        """Run the write under its lease, retrying automatically only where no effect is proven."""
+        renewer = asyncio.create_task(self._keep_lease(call, operation, owner))
+        failure: _Retryable | None = None
+        try:
+            async for attempt in AsyncRetrying(
+                retry=retry_if_exception_type(_Retryable),
+                wait=call.tool.retry_policy.wait(),
+                sleep=self.ledger.clock.sleep,
+                reraise=True,
+            ):
+                with attempt:
+                    if failure is not None:
+                        operation = await self._next_execution(call, operation, owner, failure)
+                    try:
+                        return await self._execute_once(call, operation, owner)
+                    except _Retryable as retryable:
+                        failure = retryable
+                        raise
+        finally:
+            renewer.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await renewer
+        raise AssertionError("unreachable: the retry loop returns or raises")
+
+    async def _execute_once(
+        self, call: GuardedCall, operation: OperationRecord, owner: str
+    ) -> _Answer:
+        """Run the write once under its timeout, and record what happened."""
         context = OperationContext(call.key, call.scope, call.tool.name, operation.executions)
         token = set_current(context)
-        renewer = asyncio.create_task(self._keep_lease(call, operation, owner))
         try:
             deadline = asyncio.timeout(call.tool.timeout)
             try:
@@ -270,26 +314,13 @@ class Guard:
                     value = await call.invoke()
             except BaseException as error:
                 classification = self._classify(call, error, timed_out=deadline.expired())
-                envelope = classification.envelope
-                status = (
-                    Status.FAILED
-                    if envelope.side_effects is SideEffects.NONE
-                    else Status.OUTCOME_UNKNOWN
-                )
-                outcome = Outcome(
-                    status=status,
-                    error=dumps_json(envelope.to_json_dict()),
-                    code=envelope.code,
-                    evidence=dumps_json(classification.evidence),
-                )
                 if _leaving(error):
                     # The caller is going away: record what we know, then let it go.
+                    outcome = _failure_outcome(classification)
                     await asyncio.shield(self._record(call, operation, owner, outcome))
                     raise
-                recorded = await self._record(call, operation, owner, outcome)
-                if recorded is None:
-                    raise self._unrecorded(call, operation) from error
-                raise WriteSafeError(envelope.with_operation(operation_info(recorded))) from error
+                raise await self._failed(call, operation, owner, classification) from error
+            call.tool.retry_budget.record_success()
             encoded = call.tool.codec.encode(value)
             recorded = await self._record(
                 call, operation, owner, Outcome(Status.SUCCEEDED, result=encoded)
@@ -298,10 +329,67 @@ class Guard:
                 raise self._unrecorded(call, operation)
             return _Answer(value, "executed", encoded)
         finally:
-            renewer.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await renewer
             reset_current(token)
+
+    async def _failed(
+        self,
+        call: GuardedCall,
+        operation: OperationRecord,
+        owner: str,
+        classification: Classification,
+    ) -> Exception:
+        """Decide how a failed execution ends: another execution, or an envelope for the caller."""
+        envelope = classification.envelope
+        outcome = _failure_outcome(classification)
+        throttled = False
+        if envelope.retryable and envelope.side_effects is SideEffects.NONE:
+            retry_allowed = call.tool.retry_budget.record_failure()
+            if operation.executions >= operation.max_executions:
+                outcome = self._exhausted(operation, outcome, envelope)
+                envelope = ErrorEnvelope.model_validate_json(outcome.error or "")
+            elif retry_allowed:
+                RETRIES.labels(call.tool.name).inc()
+                return _Retryable(envelope, outcome, self.ledger.clock.now())
+            else:
+                RETRIES_THROTTLED.labels(call.tool.name).inc()
+                throttled = True
+        recorded = await self._record(call, operation, owner, outcome)
+        if recorded is None:
+            return self._unrecorded(call, operation)
+        info = operation_info(recorded).model_copy(update={"throttled": throttled})
+        return WriteSafeError(envelope.with_operation(info))
+
+    def _exhausted(
+        self, operation: OperationRecord, last: Outcome, envelope: ErrorEnvelope
+    ) -> Outcome:
+        """The operation ends RETRY_EXHAUSTED; its last attempt keeps the answer it really got."""
+        exhausted = self.codes.envelope(
+            Code.RETRY_EXHAUSTED,
+            f"gave up after {operation.executions} executions; the last answer was "
+            f"{envelope.code}: {envelope.message}",
+        )
+        return Outcome(
+            status=Status.FAILED,
+            error=dumps_json(exhausted.to_json_dict()),
+            code=exhausted.code,
+            evidence=last.evidence,
+            attempt_error=last.error,
+            attempt_code=last.code,
+        )
+
+    async def _next_execution(
+        self, call: GuardedCall, operation: OperationRecord, owner: str, failure: _Retryable
+    ) -> OperationRecord:
+        """Record the failed execution and open the next one; a lost lease ends the call."""
+        intent = self._intent(call, owner)
+        try:
+            row = await self.ledger.retry(operation, intent, failure.outcome, failure.failed_at)
+        except LEDGER_ERRORS:
+            row = None
+        if row is None:
+            # Fenced off, or the ledger is gone: end with the failure seen (it had no effect).
+            raise WriteSafeError(failure.envelope.with_operation(operation_info(operation)))
+        return row
 
     async def _record(
         self, call: GuardedCall, operation: OperationRecord, owner: str, outcome: Outcome
@@ -437,6 +525,17 @@ class Guard:
 
 def _stored_envelope(operation: OperationRecord) -> ErrorEnvelope | None:
     return None if operation.error is None else ErrorEnvelope.model_validate_json(operation.error)
+
+
+def _failure_outcome(classification: Classification) -> Outcome:
+    envelope = classification.envelope
+    no_effect = envelope.side_effects is SideEffects.NONE
+    return Outcome(
+        status=Status.FAILED if no_effect else Status.OUTCOME_UNKNOWN,
+        error=dumps_json(envelope.to_json_dict()),
+        code=envelope.code,
+        evidence=dumps_json(classification.evidence),
+    )
 
 
 def _leaving(error: BaseException) -> bool:

@@ -19,6 +19,16 @@ STORE_DEGRADED = Counter(
     "Store operations that failed and were degraded around (Redis → ledger-only).",
     ["store", "operation"],
 )
+RETRIES = Counter(
+    "writesafe_retries_total",
+    "Automatic retries inside a call (failures that proved no effect).",
+    ["tool"],
+)
+RETRIES_THROTTLED = Counter(
+    "writesafe_retries_throttled_total",
+    "Retries refused by the dependency's retry budget (token bucket empty).",
+    ["tool"],
+)
 LEASES_LOST = Counter(
     "writesafe_leases_lost_total",
     "Executions whose lease was taken over before they finished (their outcome was fenced off).",

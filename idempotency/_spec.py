@@ -9,7 +9,7 @@ from typing import Any
 
 from idempotency._arguments import BoundCall
 from idempotency._results import ResultCodec
-from reconciler import Adapter
+from reconciler import Adapter, RetryBudget, RetryPolicy
 
 
 @dataclass(frozen=True, slots=True)
@@ -28,6 +28,8 @@ class ToolSpec:
     lookup: Callable[..., Awaitable[Any]] | None
     settle_after: float
     passes_key: bool
+    retry_policy: RetryPolicy
+    retry_budget: RetryBudget
 
 
 @dataclass(frozen=True, slots=True)

@@ -19,7 +19,17 @@ from idempotency._settings import WriteSafeSettings
 from idempotency._spec import ToolSpec
 from idempotency._tool import Tool
 from ledger import Clock, Ledger, LedgerNotMigrated
-from reconciler import CODES, DEFAULT_ADAPTER, Adapter, Code, CodeRegistry, OperationStatus
+from reconciler import (
+    CODES,
+    DEFAULT_ADAPTER,
+    DEFAULT_RETRY_POLICY,
+    Adapter,
+    Code,
+    CodeRegistry,
+    OperationStatus,
+    RetryBudget,
+    RetryPolicy,
+)
 
 R = TypeVar("R")
 
@@ -82,6 +92,7 @@ class WriteSafe:
         )
         self._auto_migrate = self.ledger.is_sqlite if auto_migrate is None else auto_migrate
         self._tools: dict[str, Tool[Any]] = {}
+        self._retry_budgets: dict[str, RetryBudget] = {}
         self._ready = False
         self._ready_lock = asyncio.Lock()
 
@@ -98,9 +109,14 @@ class WriteSafe:
         key: Callable[..., object] | None = None,
         settle_after: float = 5.0,
         wait_timeout: float | None = None,
+        retry: RetryPolicy = DEFAULT_RETRY_POLICY,
+        dependency: str | None = None,
     ) -> Callable[[Callable[..., Awaitable[R]]], Tool[R]]:
-        """Register an async write as a guarded tool named `name` (the name is part of the
-        fingerprint and of every ledger row, so keep it stable)."""
+        """Register an async write as a guarded tool named `name`.
+
+        The name is part of the fingerprint and of every ledger row, so keep it stable. Tools
+        naming the same `dependency` (default: the tool's name) share one retry budget.
+        """
         validate_key(name, "name")
         if name in self._tools:
             raise ValueError(f"a tool named {name!r} is already registered")
@@ -133,6 +149,8 @@ class WriteSafe:
                 lookup=lookup,
                 settle_after=settle_after,
                 passes_key=passes_key,
+                retry_policy=retry,
+                retry_budget=self._retry_budgets.setdefault(dependency or name, RetryBudget()),
             )
             tool: Tool[R] = Tool(self, spec)
             self._tools[name] = tool

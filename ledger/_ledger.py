@@ -60,6 +60,18 @@ class Outcome:
     error: str | None = None
     code: str | None = None
     evidence: str | None = None
+    # What the attempt row records when it differs from the operation's verdict (e.g. the
+    # operation ends RETRY_EXHAUSTED while its last attempt saw DEPENDENCY_BUSY).
+    attempt_error: str | None = None
+    attempt_code: str | None = None
+
+    @property
+    def attempt_values(self) -> dict[str, str | None]:
+        return {
+            "code": self.attempt_code or self.code,
+            "envelope": self.attempt_error or self.error,
+            "evidence": self.evidence,
+        }
 
 
 class Ledger:
@@ -202,22 +214,38 @@ class Ledger:
             values["next_check_at"] = now
         async with self.engine.begin() as conn:
             row = await _compare_and_set(conn, current, values, now, owner=owner)
-            await conn.execute(
-                update(attempts)
-                .where(
-                    attempts.c.operation_id == current.id,
-                    attempts.c.kind == AttemptKind.EXECUTION.value,
-                    attempts.c.execution == current.executions,
-                    attempts.c.owner == owner,
-                )
-                .values(
-                    outcome=outcome.status.value if row is not None else "fenced",
-                    code=outcome.code,
-                    envelope=outcome.error,
-                    evidence=outcome.evidence,
-                    finished_at=now,
-                )
-            )
+            outcome_label = outcome.status.value if row is not None else "fenced"
+            await _finish_execution(conn, current, owner, outcome, outcome_label, now)
+        return row
+
+    async def retry(
+        self,
+        current: OperationRecord,
+        intent: Intent,
+        failed: Outcome,
+        failed_at: datetime,
+    ) -> OperationRecord | None:
+        """Close a failed execution and start the next one under the same lease (one CAS).
+
+        The operation stays `in_flight` throughout an automatic retry, so no other caller can
+        take the key between two executions. None if the owner was fenced off meanwhile.
+        """
+        check_transition(current.status, Status.IN_FLIGHT)
+        now = self.clock.now()
+        values = {
+            "status": Status.IN_FLIGHT.value,
+            "executions": current.executions + 1,
+            "lease_expires_at": now + timedelta(seconds=intent.lease_seconds),
+            "last_sent_at": now,
+            "error": failed.error,
+            "last_code": failed.code,
+        }
+        async with self.engine.begin() as conn:
+            row = await _compare_and_set(conn, current, values, now, owner=intent.owner)
+            label = Status.FAILED.value if row is not None else "fenced"
+            await _finish_execution(conn, current, intent.owner, failed, label, failed_at)
+            if row is not None:
+                await _start_execution(conn, row, intent, now)
         return row
 
     async def renew_lease(self, current: OperationRecord, owner: str, seconds: float) -> bool:
@@ -310,6 +338,26 @@ async def _start_execution(
             outcome=Status.IN_FLIGHT.value,
             started_at=now,
         )
+    )
+
+
+async def _finish_execution(
+    conn: AsyncConnection,
+    operation: OperationRecord,
+    owner: str,
+    outcome: Outcome,
+    label: str,
+    finished_at: datetime,
+) -> None:
+    await conn.execute(
+        update(attempts)
+        .where(
+            attempts.c.operation_id == operation.id,
+            attempts.c.kind == AttemptKind.EXECUTION.value,
+            attempts.c.execution == operation.executions,
+            attempts.c.owner == owner,
+        )
+        .values(outcome=label, finished_at=finished_at, **outcome.attempt_values)
     )
 
 

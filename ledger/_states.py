@@ -20,8 +20,11 @@ class Status(StrEnum):
 
 
 TRANSITIONS: dict[Status, frozenset[Status]] = {
-    # An attempt ends in a known success, a proven no-effect failure, or an unknown outcome.
-    Status.IN_FLIGHT: frozenset({Status.SUCCEEDED, Status.FAILED, Status.OUTCOME_UNKNOWN}),
+    # An attempt ends in a known success, a proven no-effect failure, or an unknown outcome;
+    # in_flight -> in_flight is the next execution of an automatic retry, under the same lease.
+    Status.IN_FLIGHT: frozenset(
+        {Status.IN_FLIGHT, Status.SUCCEEDED, Status.FAILED, Status.OUTCOME_UNKNOWN}
+    ),
     # Terminal: duplicates replay the stored result.
     Status.SUCCEEDED: frozenset(),
     # A continuation (new attempt) is allowed only by the continuation policy.

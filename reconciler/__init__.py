@@ -22,6 +22,7 @@ from reconciler._contract import (
     Verdict,
 )
 from reconciler._lookup import Found, LookupResult, NotFound, Unknown
+from reconciler._retry import DEFAULT_RETRY_POLICY, RetryBudget, RetryPolicy, RetrySignal, wait_max
 from reconciler._tool_error import ToolError
 from reconciler._views import AttemptView, OperationStatus, attempts_left, operation_info
 
@@ -29,6 +30,7 @@ __all__ = [
     "BUILTIN_VERDICTS",
     "CODES",
     "DEFAULT_ADAPTER",
+    "DEFAULT_RETRY_POLICY",
     "MESSAGE_LIMIT",
     "SCHEMA",
     "Adapter",
@@ -47,6 +49,9 @@ __all__ = [
     "NotFound",
     "OperationInfo",
     "OperationStatus",
+    "RetryBudget",
+    "RetryPolicy",
+    "RetrySignal",
     "SideEffects",
     "ToolError",
     "Unknown",
@@ -57,4 +62,5 @@ __all__ = [
     "decide_continuation",
     "exception_evidence",
     "operation_info",
+    "wait_max",
 ]

@@ -101,6 +101,8 @@ class OperationInfo(BaseModel):
     status: str
     attempt: int = Field(ge=0)
     attempts_left: int = Field(ge=0)
+    # True when budget was left but the dependency's retry budget refused another execution.
+    throttled: bool = False
 
 
 def sanitize_message(message: str) -> str:

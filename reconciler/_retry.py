@@ -1,0 +1,89 @@
+"""Automatic retry inside one call, as values: when to retry, and whether a dependency can bear it.
+
+The guard retries only failures that prove no effect and say they are retryable; these values
+decide *when* (max of the dependency's Retry-After and capped full-jitter backoff, via tenacity
+wait strategies) and *whether the dependency can afford it* (a gRPC-style retry token bucket).
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass, field
+
+from tenacity import RetryCallState, wait_exception, wait_random_exponential
+from tenacity.wait import wait_base
+
+from reconciler._contract import ErrorEnvelope
+
+
+class RetrySignal(Exception):
+    """Raised inside the guard's retry loop to ask for another execution after `envelope`."""
+
+    def __init__(self, envelope: ErrorEnvelope) -> None:
+        super().__init__(envelope.code)
+        self.envelope = envelope
+
+
+class wait_max(wait_base):  # noqa: N801 - named like tenacity's own strategies
+    """Wait as long as the longest of several strategies."""
+
+    def __init__(self, *strategies: wait_base) -> None:
+        self.strategies = strategies
+
+    def __call__(self, retry_state: RetryCallState) -> float:
+        return max(float(strategy(retry_state)) for strategy in self.strategies)
+
+
+def _stated_delay(error: BaseException) -> float:
+    if isinstance(error, RetrySignal) and error.envelope.retry_after_ms is not None:
+        return error.envelope.retry_after_ms / 1000
+    return 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class RetryPolicy:
+    """Backoff between automatic retries: max(Retry-After, full-jitter exponential backoff).
+
+    `initial` and `maximum` bound the backoff (seconds); the dependency's stated delay is honoured
+    as given by the adapter (which clamps it).
+    """
+
+    initial: float = 0.1
+    maximum: float = 5.0
+
+    def wait(self) -> wait_base:
+        backoff = wait_random_exponential(multiplier=self.initial, max=self.maximum)
+        return wait_max(wait_exception(_stated_delay), backoff)
+
+
+@dataclass(slots=True)
+class RetryBudget:
+    """A per-dependency retry token bucket (gRPC retryThrottling semantics).
+
+    Each retryable failure costs a token, each success earns `token_ratio`; retries are allowed
+    only while more than half the bucket is left, so a degraded dependency sees retries dry up
+    instead of multiplying its load. Process-local, like gRPC's and the AWS SDKs' quotas.
+    """
+
+    max_tokens: float = 10.0
+    token_ratio: float = 0.1
+    tokens: float = field(init=False)
+    _lock: threading.Lock = field(init=False, default_factory=threading.Lock, repr=False)
+
+    def __post_init__(self) -> None:
+        if self.max_tokens <= 0 or self.token_ratio < 0:
+            raise ValueError("max_tokens must be positive and token_ratio non-negative")
+        self.tokens = self.max_tokens
+
+    def record_success(self) -> None:
+        with self._lock:
+            self.tokens = min(self.max_tokens, self.tokens + self.token_ratio)
+
+    def record_failure(self) -> bool:
+        """Spend a token for a retryable failure; True if a retry is still allowed."""
+        with self._lock:
+            self.tokens = max(0.0, self.tokens - 1)
+            return self.tokens > self.max_tokens / 2
+
+
+DEFAULT_RETRY_POLICY = RetryPolicy()
