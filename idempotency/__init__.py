@@ -17,16 +17,33 @@ from idempotency._settings import WriteSafeSettings
 from idempotency._tool import Tool
 from idempotency._writesafe import WriteSafe
 from ledger import Status
-from reconciler import ErrorEnvelope, Found, NotFound, OperationStatus, ToolError, Unknown
+from reconciler import (
+    ErrorEnvelope,
+    Found,
+    LookupOperation,
+    NotFound,
+    OperationNotFound,
+    OperationStatus,
+    ReconcilerBusy,
+    ReconcileReport,
+    ResolutionRefused,
+    ToolError,
+    Unknown,
+)
 
 __all__ = [
     "DEFAULT_SCOPE",
     "MAX_KEY_LENGTH",
     "ErrorEnvelope",
     "Found",
+    "LookupOperation",
     "NotFound",
     "OperationContext",
+    "OperationNotFound",
     "OperationStatus",
+    "ReconcileReport",
+    "ReconcilerBusy",
+    "ResolutionRefused",
     "Status",
     "Tool",
     "ToolError",

@@ -27,6 +27,7 @@ from tenacity import (
 
 from idempotency._context import OperationContext, reset_current, set_current
 from idempotency._errors import WriteSafeError
+from idempotency._gate import Resumed, replay_gate
 from idempotency._keystore import LeaseState, RedisKeyStore
 from idempotency._metrics import (
     CALL_SECONDS,
@@ -73,7 +74,7 @@ class GuardSettings:
 @dataclass(frozen=True, slots=True)
 class _Answer:
     value: Any
-    kind: str  # "executed" or "replayed", for metrics
+    kind: str  # "executed", "replayed" or "reconciled", for metrics
     cache: str | None  # the result JSON the key store may cache
 
 
@@ -245,7 +246,14 @@ class Guard:
             if expired is None:
                 return _Busy(0)
             operation = expired
-        raise self._unknown_outcome(call, operation)
+        decision = await replay_gate(
+            self.ledger, self.codes, call, operation, self._intent(call, owner)
+        )
+        if decision is None:
+            return _Busy(0)
+        if isinstance(decision, Resumed):
+            return await self._execute(call, decision.operation, owner)
+        return _Answer(decision.value, "reconciled", decision.encoded)
 
     async def _continue_failed(
         self, call: GuardedCall, operation: OperationRecord, owner: str
@@ -500,16 +508,6 @@ class Guard:
                 Code.IN_PROGRESS,
                 f"another call with key {call.key!r} is executing",
                 retry_after_ms=retry_after_ms or 1_000,
-            )
-        )
-
-    def _unknown_outcome(self, call: GuardedCall, operation: OperationRecord) -> WriteSafeError:
-        return WriteSafeError(
-            self.codes.envelope(
-                Code.OUTCOME_UNKNOWN,
-                "an earlier execution may have been applied; the key runs again only after "
-                "reconciliation",
-                operation=operation_info(operation),
             )
         )
 

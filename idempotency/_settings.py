@@ -21,3 +21,8 @@ class WriteSafeSettings(BaseSettings):
     wait_timeout: float = Field(default=5.0, ge=0)
     outcome_ttl: float = Field(default=86_400.0, gt=0)
     connect_timeout: float = Field(default=5.0, gt=0)
+    reconcile_max_checks: int = Field(default=10, ge=1, description="checks before escalating")
+    reconcile_backoff: float = Field(default=2.0, gt=0, description="first recheck delay (s)")
+    reconcile_backoff_max: float = Field(default=600.0, gt=0, description="recheck delay cap (s)")
+    reconcile_lease: float = Field(default=30.0, gt=0, description="a worker's claim lease (s)")
+    reconcile_batch: int = Field(default=16, ge=1, description="operations leased at a time")

@@ -9,7 +9,9 @@ from typing import Any
 
 from idempotency._arguments import BoundCall
 from idempotency._results import ResultCodec
-from reconciler import Adapter, RetryBudget, RetryPolicy
+from reconciler import Adapter, Lookup, LookupSpec, RetryBudget, RetryPolicy
+
+DEFAULT_LOOKUP_TIMEOUT = 5.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -25,11 +27,22 @@ class ToolSpec:
     max_executions: int
     wait_timeout: float
     key_function: Callable[..., object] | None
-    lookup: Callable[..., Awaitable[Any]] | None
+    lookup: Lookup | None
     settle_after: float
     passes_key: bool
     retry_policy: RetryPolicy
     retry_budget: RetryBudget
+    lookup_timeout: float = DEFAULT_LOOKUP_TIMEOUT
+
+    def lookup_spec(self) -> LookupSpec:
+        """How reconciliation asks this tool's downstream system about an unknown outcome."""
+        return LookupSpec(
+            tool=self.name,
+            lookup=self.lookup,
+            settle_after=self.settle_after,
+            timeout=self.lookup_timeout,
+            encode=self.codec.encode,
+        )
 
 
 @dataclass(frozen=True, slots=True)

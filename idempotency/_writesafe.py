@@ -4,21 +4,21 @@ from __future__ import annotations
 
 import asyncio
 import inspect
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from types import TracebackType
 from typing import Any, TypeVar
 
 from idempotency._arguments import KEY_PARAMETER
 from idempotency._context import OperationContext, current_operation
-from idempotency._errors import WriteSafeError
+from idempotency._errors import WriteSafeError, invalid_input
 from idempotency._guard import LEDGER_ERRORS, Guard, GuardSettings
 from idempotency._keys import DEFAULT_SCOPE, validate_key
 from idempotency._keystore import RedisKeyStore
 from idempotency._results import ResultCodec
 from idempotency._settings import WriteSafeSettings
-from idempotency._spec import ToolSpec
+from idempotency._spec import DEFAULT_LOOKUP_TIMEOUT, ToolSpec
 from idempotency._tool import Tool
-from ledger import Clock, Ledger, LedgerNotMigrated
+from ledger import Clock, Ledger, LedgerNotMigrated, canonical_json, loads_json
 from reconciler import (
     CODES,
     DEFAULT_ADAPTER,
@@ -26,10 +26,19 @@ from reconciler import (
     Adapter,
     Code,
     CodeRegistry,
+    Lookup,
+    LookupSpec,
     OperationStatus,
+    ReconcilePolicy,
+    Reconciler,
+    ReconcileReport,
+    Resolution,
     RetryBudget,
     RetryPolicy,
+    resolve_operation,
 )
+
+MAX_REASON_LENGTH = 4_096
 
 R = TypeVar("R")
 
@@ -93,6 +102,8 @@ class WriteSafe:
         self._auto_migrate = self.ledger.is_sqlite if auto_migrate is None else auto_migrate
         self._tools: dict[str, Tool[Any]] = {}
         self._retry_budgets: dict[str, RetryBudget] = {}
+        self._lookups: dict[str, LookupSpec] = {}
+        self._reconciler: Reconciler | None = None
         self._ready = False
         self._ready_lock = asyncio.Lock()
 
@@ -102,7 +113,7 @@ class WriteSafe:
         self,
         name: str,
         *,
-        lookup: Callable[..., Awaitable[Any]] | None = None,
+        lookup: Lookup | None = None,
         adapter: Adapter | None = None,
         timeout: float | None = 30.0,
         max_executions: int = 3,
@@ -111,10 +122,15 @@ class WriteSafe:
         wait_timeout: float | None = None,
         retry: RetryPolicy = DEFAULT_RETRY_POLICY,
         dependency: str | None = None,
+        lookup_timeout: float = DEFAULT_LOOKUP_TIMEOUT,
     ) -> Callable[[Callable[..., Awaitable[R]]], Tool[R]]:
-        """Register an async write as a guarded tool named `name`.
+        """Register an async write as a guarded tool named `name` (the name is part of the
+        fingerprint and of every ledger row, so keep it stable).
 
-        The name is part of the fingerprint and of every ledger row, so keep it stable. Tools
+        `lookup(op)` answers whether an operation's effect exists downstream (`Found(result)`,
+        `NotFound()`, `Unknown(reason)`), within `lookup_timeout` seconds; a `NotFound` counts only
+        once `settle_after` seconds have passed since the execution was sent. Without a lookup an
+        unknown outcome is never replayed: reconciliation escalates it to an operator. Tools
         naming the same `dependency` (default: the tool's name) share one retry budget.
         """
         validate_key(name, "name")
@@ -124,6 +140,12 @@ class WriteSafe:
             raise ValueError("max_executions counts the first execution: it must be at least 1")
         if timeout is not None and timeout <= 0:
             raise ValueError("timeout must be positive (or None for no bound)")
+        if lookup is not None and not inspect.iscoroutinefunction(lookup):
+            raise TypeError(f"{name}: the lookup must be an async function (async def)")
+        if settle_after < 0:
+            raise ValueError("settle_after must not be negative")
+        if lookup_timeout <= 0:
+            raise ValueError("lookup_timeout must be positive")
 
         def register(function: Callable[..., Awaitable[R]]) -> Tool[R]:
             if not inspect.iscoroutinefunction(function):
@@ -151,9 +173,11 @@ class WriteSafe:
                 passes_key=passes_key,
                 retry_policy=retry,
                 retry_budget=self._retry_budgets.setdefault(dependency or name, RetryBudget()),
+                lookup_timeout=lookup_timeout,
             )
             tool: Tool[R] = Tool(self, spec)
             self._tools[name] = tool
+            self._lookups[name] = spec.lookup_spec()
             return tool
 
         return register
@@ -162,9 +186,16 @@ class WriteSafe:
     def tools(self) -> dict[str, Tool[Any]]:
         return dict(self._tools)
 
+    @property
+    def lookups(self) -> Mapping[str, LookupSpec]:
+        """How reconciliation asks each registered tool's downstream system (by tool name)."""
+        return self._lookups
+
     @staticmethod
     def current_operation() -> OperationContext | None:
-        """Inside a guarded write: its key, scope, tool and execution number."""
+        """Inside a guarded write: its key, scope, tool and execution number. Send the key
+        downstream as a client reference / Idempotency-Key so that a lookup can search by it (a
+        write may also declare an `idempotency_key` parameter to receive it)."""
         return current_operation()
 
     # -- lifecycle -----------------------------------------------------------------------
@@ -198,6 +229,8 @@ class WriteSafe:
         return self._guard
 
     async def close(self) -> None:
+        if self._reconciler is not None:
+            self._reconciler.close()
         if self.keystore is not None:
             await self.keystore.close()
         await self.ledger.close()
@@ -223,3 +256,105 @@ class WriteSafe:
         if operation is None:
             return None
         return OperationStatus.from_records(operation, await self.ledger.attempts(operation.id))
+
+    # -- reconciliation ------------------------------------------------------------------
+
+    def reconciler(self) -> Reconciler:
+        """This instance's reconciler (one per `WriteSafe`; on SQLite it is the only worker)."""
+        if self._reconciler is None:
+            settings = self.settings
+            policy = ReconcilePolicy(
+                max_checks=settings.reconcile_max_checks,
+                backoff_seconds=settings.reconcile_backoff,
+                backoff_max_seconds=settings.reconcile_backoff_max,
+                lease_seconds=settings.reconcile_lease,
+                batch_size=settings.reconcile_batch,
+            )
+            self._reconciler = Reconciler(self.ledger, self._lookups, self.codes, policy)
+        return self._reconciler
+
+    async def reconcile(
+        self,
+        *,
+        limit: int | None = None,
+        older_than: float = 0.0,
+        tool: str | None = None,
+        on_progress: Callable[[ReconcileReport], None] | None = None,
+        stop: asyncio.Event | None = None,
+    ) -> ReconcileReport:
+        """One reconciliation pass over the operations due now; never executes a write.
+
+        At most `limit` operations (default: all that are due), sent at least `older_than`
+        seconds ago, of `tool` (default: every registered tool). Raises `ReconcilerBusy` on a
+        SQLite ledger another reconciler holds.
+        """
+        if limit is not None and limit < 1:
+            raise invalid_input("limit", "limit must be at least 1")
+        if older_than < 0:
+            raise invalid_input("older_than", "older_than must not be negative")
+        if tool is not None and tool not in self._tools:
+            raise invalid_input("tool", f"no tool named {tool!r} is registered")
+        await self.guard()
+        return await self.reconciler().run(
+            limit=limit, older_than=older_than, tool=tool, on_progress=on_progress, stop=stop
+        )
+
+    async def resolve(
+        self,
+        key: str,
+        *,
+        scope: str = DEFAULT_SCOPE,
+        outcome: Resolution,
+        reason: str,
+        actor: str,
+        result: Any = None,
+        evidence: Mapping[str, Any] | None = None,
+    ) -> OperationStatus:
+        """An operator settles a `needs_attention` operation, on the record (who, why, evidence).
+
+        `succeeded` stores `result` as the operation's result (callers with the key get it);
+        `failed` declares the effect absent. Any other state raises `ResolutionRefused`
+        (`OperationNotFound` for an unknown key).
+        """
+        scope, key = validate_key(scope, "scope"), validate_key(key)
+        if outcome not in ("succeeded", "failed"):
+            raise invalid_input("outcome", "outcome must be 'succeeded' or 'failed'")
+        if outcome == "failed" and result is not None:
+            raise invalid_input("result", "only a succeeded resolution carries a result")
+        reason, actor = _required_text(reason, "reason"), _required_text(actor, "actor")
+        if len(actor) > 255:
+            raise invalid_input("actor", "actor is limited to 255 characters")
+        if evidence is not None:
+            try:
+                evidence = loads_json(canonical_json(dict(evidence)))
+            except (ValueError, TypeError):
+                raise invalid_input("evidence", "evidence must be a JSON object") from None
+        await self.guard()
+        operation = await resolve_operation(
+            self.ledger,
+            self.codes,
+            scope=scope,
+            key=key,
+            outcome=outcome,
+            encode=self._encode_result,
+            result=result,
+            reason=reason,
+            actor=actor,
+            evidence=evidence,
+        )
+        return OperationStatus.from_records(operation, await self.ledger.attempts(operation.id))
+
+    def _encode_result(self, tool: str, result: Any) -> str:
+        spec = self._lookups.get(tool)
+        try:
+            return spec.encode(result) if spec is not None else canonical_json(result)
+        except (ValueError, TypeError):
+            raise invalid_input("result", "the result has no JSON form") from None
+
+
+def _required_text(value: object, field: str) -> str:
+    if not isinstance(value, str) or not value.strip():
+        raise invalid_input(field, f"{field} is required: say who resolved it and why")
+    if len(value) > MAX_REASON_LENGTH:
+        raise invalid_input(field, f"{field} is limited to {MAX_REASON_LENGTH} characters")
+    return value.strip()

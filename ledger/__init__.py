@@ -6,7 +6,7 @@ The ledger is the source of truth of writesafe. It imports neither `idempotency`
 from ledger._clock import Clock, ManualClock, SystemClock
 from ledger._engine import DEFAULT_DATABASE_URL, UnsupportedDatabase, create_engine
 from ledger._json import canonical_json, dumps_json, loads_json
-from ledger._ledger import Claim, Intent, Ledger, Outcome
+from ledger._ledger import LEASE_EXPIRED, Claim, DueBatch, Intent, Ledger, Outcome
 from ledger._migrations import LedgerNotMigrated, head_revision
 from ledger._models import Attempt, Base, Operation
 from ledger._records import AttemptKind, AttemptRecord, OperationRecord
@@ -21,6 +21,7 @@ from ledger._states import (
 __all__ = [
     "DEFAULT_DATABASE_URL",
     "FINAL_STATES",
+    "LEASE_EXPIRED",
     "TRANSITIONS",
     "Attempt",
     "AttemptKind",
@@ -28,6 +29,7 @@ __all__ = [
     "Base",
     "Claim",
     "Clock",
+    "DueBatch",
     "IllegalTransition",
     "Intent",
     "Ledger",

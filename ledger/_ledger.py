@@ -7,12 +7,12 @@ over therefore changes nothing: it sees `False` and must not claim the outcome i
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, cast
 
-from sqlalchemy import Table, insert, select, update
+from sqlalchemy import ColumnElement, Select, Table, func, insert, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import URL
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
@@ -273,7 +273,7 @@ class Ledger:
             "status": Status.OUTCOME_UNKNOWN.value,
             "lease_owner": None,
             "lease_expires_at": None,
-            "last_code": "LEASE_EXPIRED",
+            "last_code": LEASE_EXPIRED,
             "next_check_at": now,
         }
         async with self.engine.begin() as conn:
@@ -296,6 +296,117 @@ class Ledger:
             await conn.execute(
                 insert(attempts).values(operation_id=operation_id, kind=kind.value, **row)
             )
+
+    # -- reconciliation ------------------------------------------------------------------
+
+    async def claim_due(
+        self,
+        *,
+        limit: int,
+        lease_seconds: float,
+        tools: Sequence[str],
+        sent_before: datetime | None = None,
+    ) -> DueBatch:
+        """Lease up to `limit` operations reconciliation should look at now, longest-due first.
+
+        `in_flight` rows whose lease ran out (a crashed worker) become `outcome_unknown` first.
+        Rows are locked with `FOR UPDATE SKIP LOCKED`, so concurrent workers never wait on or
+        share a row; the lease is `next_check_at` (a leased row is not due until it runs out) and
+        the version bump fences a worker that overran it. SQLite renders no FOR UPDATE: its
+        BEGIN IMMEDIATE serialises claims instead.
+        """
+        now = self.clock.now()
+        async with self.engine.begin() as conn:
+            crashed = await _lock_due(conn, _CRASHED, now, limit, tools, sent_before)
+            if crashed:
+                check_transition(Status.IN_FLIGHT, Status.OUTCOME_UNKNOWN)
+                await conn.execute(
+                    update(operations)
+                    .where(operations.c.id.in_(crashed))
+                    .values(
+                        status=Status.OUTCOME_UNKNOWN.value,
+                        lease_owner=None,
+                        lease_expires_at=None,
+                        last_code=LEASE_EXPIRED,
+                        next_check_at=now,
+                        version=operations.c.version + 1,
+                        updated_at=now,
+                    )
+                )
+            due = await _lock_due(conn, _UNKNOWN, now, limit, tools, sent_before)
+            if not due:
+                return DueBatch([], len(crashed))
+            leased = await conn.execute(
+                update(operations)
+                .where(operations.c.id.in_(due))
+                .values(
+                    next_check_at=now + timedelta(seconds=lease_seconds),
+                    version=operations.c.version + 1,
+                )
+                .returning(operations)
+            )
+            rows = [OperationRecord.from_row(row) for row in leased.mappings()]
+        order = {operation_id: position for position, operation_id in enumerate(due)}
+        rows.sort(key=lambda row: order[row.id])
+        return DueBatch(rows, len(crashed))
+
+    async def count_due(self, *, tools: Sequence[str], sent_before: datetime | None = None) -> int:
+        """How many operations `claim_due` would hand out now (an estimate while others claim)."""
+        now = self.clock.now()
+        total = 0
+        async with self.engine.connect() as conn:
+            for due in (_CRASHED, _UNKNOWN):
+                query = _due_query(due, now, tools, sent_before).subquery()
+                total += (await conn.execute(select(func.count()).select_from(query))).scalar_one()
+        return total
+
+    async def attempts_of(
+        self, operation_ids: Sequence[int]
+    ) -> Mapping[int, Sequence[AttemptRecord]]:
+        """The attempts of several operations in one query, by operation id, each in order."""
+        found: dict[int, list[AttemptRecord]] = {operation_id: [] for operation_id in operation_ids}
+        if not operation_ids:
+            return found
+        query = (
+            select(attempts)
+            .where(attempts.c.operation_id.in_(operation_ids))
+            .order_by(attempts.c.operation_id, attempts.c.id)
+        )
+        async with self.engine.connect() as conn:
+            for row in (await conn.execute(query)).mappings():
+                found[row["operation_id"]].append(AttemptRecord.from_row(row))
+        return found
+
+    async def settle(
+        self,
+        current: OperationRecord,
+        kind: AttemptKind,
+        attempt: dict[str, Any],
+        *,
+        status: Status | None = None,
+        record_if_lost: bool = True,
+        **values: Any,
+    ) -> OperationRecord | None:
+        """Append an audited attempt and compare-and-set the operation in one transaction.
+
+        A lookup's evidence is kept even when another actor changed the row first
+        (`record_if_lost`); an operator's act is recorded only if it took effect.
+        """
+        if status is not None:
+            check_transition(current.status, status)
+            values["status"] = status.value
+        now = self.clock.now()
+        async with self.engine.begin() as conn:
+            row = await _compare_and_set(conn, current, values, now)
+            if row is not None or record_if_lost:
+                await conn.execute(
+                    insert(attempts).values(
+                        operation_id=current.id,
+                        kind=kind.value,
+                        **{"started_at": now, "finished_at": now, **attempt},
+                    )
+                )
+        return row
 
 
 def _operation_values(intent: Intent, now: datetime) -> dict[str, Any]:
@@ -380,3 +491,57 @@ async def _compare_and_set(
     )
     row = (await conn.execute(statement)).mappings().first()
     return None if row is None else OperationRecord.from_row(row)
+
+
+# -- reconciliation ----------------------------------------------------------------------
+
+LEASE_EXPIRED = "LEASE_EXPIRED"
+"""`last_code` the reconciler gives an operation whose executing worker lost its lease."""
+
+
+@dataclass(frozen=True, slots=True)
+class DueBatch:
+    """Operations leased to one reconciler, and how many crashed leases were expired on the way."""
+
+    operations: list[OperationRecord]
+    expired: int
+
+
+@dataclass(frozen=True, slots=True)
+class _Due:
+    status: Status
+    column: ColumnElement[Any]  # when the row becomes due; the (status, column) index serves it
+
+
+_CRASHED = _Due(Status.IN_FLIGHT, operations.c.lease_expires_at)
+_UNKNOWN = _Due(Status.OUTCOME_UNKNOWN, operations.c.next_check_at)
+
+
+def _due_query(
+    due: _Due, now: datetime, tools: Sequence[str], sent_before: datetime | None
+) -> Select[Any]:
+    query = select(operations.c.id).where(
+        operations.c.status == due.status.value,
+        due.column <= now,
+        operations.c.tool.in_(tools),
+    )
+    if sent_before is not None:
+        query = query.where(operations.c.last_sent_at <= sent_before)
+    return query
+
+
+async def _lock_due(
+    conn: AsyncConnection,
+    due: _Due,
+    now: datetime,
+    limit: int,
+    tools: Sequence[str],
+    sent_before: datetime | None,
+) -> list[int]:
+    query = (
+        _due_query(due, now, tools, sent_before)
+        .order_by(due.column, operations.c.id)
+        .limit(limit)
+        .with_for_update(skip_locked=True)
+    )
+    return list((await conn.execute(query)).scalars())

@@ -9,6 +9,8 @@ from __future__ import annotations
 import typer
 
 from reconciler.cli._db import db_app
+from reconciler.cli._reconcile import reconcile
+from reconciler.cli._resolve import resolve
 from reconciler.cli._status import status
 
 app = typer.Typer(
@@ -21,6 +23,8 @@ app = typer.Typer(
     pretty_exceptions_show_locals=False,
 )
 app.command("status")(status)
+app.command("reconcile")(reconcile)
+app.command("resolve")(resolve)
 app.add_typer(db_app, name="db")
 
 

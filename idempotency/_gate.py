@@ -1,0 +1,120 @@
+"""The inline replay gate: a call that finds its key's outcome unknown asks the lookup first.
+
+Found → the operation succeeds with the found result and the caller gets it; nothing executes.
+Proven absent → this caller executes again, within the key's budget (or the key fails when the
+budget is spent or the last failure was unclassified). Anything else → OUTCOME_UNKNOWN with a
+retry_after. A tool without a lookup never replays an unknown outcome.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from idempotency._errors import WriteSafeError
+from idempotency._spec import GuardedCall
+from ledger import AttemptKind, Intent, Ledger, OperationRecord, Status, dumps_json
+from reconciler import (
+    Code,
+    CodeRegistry,
+    LookupOutcome,
+    after_absence,
+    operation_info,
+    run_lookup,
+)
+
+ACTOR = "caller"
+_ASK_AGAIN_MS = 1_000
+
+
+@dataclass(frozen=True, slots=True)
+class Reconciled:
+    """The lookup found the effect: return `value` (decoded from `encoded`, as a replay would)."""
+
+    value: Any
+    encoded: str
+
+
+@dataclass(frozen=True, slots=True)
+class Resumed:
+    """The effect proved absent: execute under this restarted operation (the caller's lease)."""
+
+    operation: OperationRecord
+
+
+async def replay_gate(
+    ledger: Ledger,
+    codes: CodeRegistry,
+    call: GuardedCall,
+    operation: OperationRecord,
+    intent: Intent,
+) -> Reconciled | Resumed | None:
+    """Decide a call on an `outcome_unknown` or `needs_attention` operation with the same payload.
+
+    None: the operation changed while we looked; read it again. Raises `WriteSafeError` when the
+    call ends here without a result.
+    """
+    if operation.status is Status.NEEDS_ATTENTION:
+        raise _unknown(
+            codes, operation, "reconciliation could not establish the outcome; an operator must"
+        )
+    spec = call.tool.lookup_spec()
+    if spec.lookup is None:
+        raise _unknown(
+            codes,
+            operation,
+            f"{call.tool.name} has no lookup, so the key never runs again by itself",
+        )
+    check = await run_lookup(spec, operation, await ledger.attempts(operation.id), ledger.clock)
+    audit = check.attempt(ACTOR, intent.owner)
+    if check.outcome is LookupOutcome.FOUND:
+        assert check.result is not None
+        found = await ledger.settle(
+            operation,
+            AttemptKind.LOOKUP,
+            audit,
+            status=Status.SUCCEEDED,
+            result=check.result,
+            next_check_at=None,
+        )
+        if found is None:
+            return None
+        return Reconciled(call.tool.codec.decode(check.result), check.result)
+    if check.outcome is LookupOutcome.NOT_FOUND:
+        absence = after_absence(operation, codes)
+        if absence.continues:
+            await ledger.record_attempt(operation.id, AttemptKind.LOOKUP, **audit)
+            restarted = await ledger.restart(operation, intent)
+            return None if restarted is None else Resumed(restarted)
+        failed = await ledger.settle(
+            operation,
+            AttemptKind.LOOKUP,
+            audit,
+            status=Status.FAILED,
+            error=dumps_json(absence.envelope.to_json_dict()),
+            last_code=absence.envelope.code,
+            next_check_at=None,
+        )
+        if failed is None:
+            return None
+        raise WriteSafeError(absence.envelope.with_operation(operation_info(failed)))
+    await ledger.record_attempt(operation.id, AttemptKind.LOOKUP, **audit)
+    reason = check.evidence.get("reason", "the lookup could not tell")
+    retry_after_ms = check.retry_after_ms(ledger.clock.now(), _ASK_AGAIN_MS)
+    raise _unknown(codes, operation, f"the lookup could not confirm it: {reason}", retry_after_ms)
+
+
+def _unknown(
+    codes: CodeRegistry,
+    operation: OperationRecord,
+    why: str,
+    retry_after_ms: int | None = None,
+) -> WriteSafeError:
+    return WriteSafeError(
+        codes.envelope(
+            Code.OUTCOME_UNKNOWN,
+            f"an earlier execution may have been applied and is not run again: {why}",
+            retry_after_ms=retry_after_ms,
+            operation=operation_info(operation),
+        )
+    )

@@ -1,0 +1,165 @@
+"""Asking a tool's lookup about an operation: bounded in time, never raising, honest about settling.
+
+A lookup that raises, hangs past its timeout or answers nonsense is `unknown`; a `NotFound` before
+the settle window has closed is `unknown` too, because a slow write may still land.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from enum import StrEnum
+from types import MappingProxyType
+from typing import Any
+
+from ledger import AttemptRecord, Clock, OperationRecord, Status, dumps_json, loads_json
+from reconciler._classify import EVIDENCE_MESSAGE_LIMIT, exception_evidence
+from reconciler._lookup import Found, LookupResult, NotFound, Unknown
+from reconciler._views import AttemptView
+
+
+@dataclass(frozen=True, slots=True)
+class LookupOperation:
+    """The read-only view of an operation that a lookup receives as `op`.
+
+    Downstream systems that accept a client reference can be searched by `key`: the write sees it
+    as `ws.current_operation().key`, or as its `idempotency_key` parameter if it declares one.
+    """
+
+    key: str
+    scope: str
+    tool: str
+    arguments: Mapping[str, Any]
+    status: Status
+    executions: int
+    last_sent_at: datetime | None
+    attempts: tuple[AttemptView, ...]
+
+    @classmethod
+    def from_records(
+        cls, operation: OperationRecord, attempts: Sequence[AttemptRecord]
+    ) -> LookupOperation:
+        return cls(
+            key=operation.key,
+            scope=operation.scope,
+            tool=operation.tool,
+            arguments=MappingProxyType(loads_json(operation.arguments)),
+            status=operation.status,
+            executions=operation.executions,
+            last_sent_at=operation.last_sent_at,
+            attempts=tuple(AttemptView.from_record(attempt) for attempt in attempts),
+        )
+
+
+Lookup = Callable[[LookupOperation], Awaitable[LookupResult]]
+
+
+@dataclass(frozen=True, slots=True)
+class LookupSpec:
+    """How to ask one tool's downstream system whether an operation's effect exists.
+
+    `lookup` None: the tool cannot be asked, so its unknown outcomes go to an operator.
+    `encode` is the tool's own result encoding, so a found result replays like an executed one.
+    """
+
+    tool: str
+    lookup: Lookup | None
+    settle_after: float
+    timeout: float
+    encode: Callable[[Any], str]
+
+
+class LookupOutcome(StrEnum):
+    """What a lookup established, as recorded on its attempt."""
+
+    FOUND = "found"
+    NOT_FOUND = "not_found"  # conclusive: the settle window had closed
+    UNKNOWN = "unknown"
+
+
+@dataclass(frozen=True, slots=True)
+class Check:
+    """One lookup's conclusion and its evidence; `result` is the encoded found result."""
+
+    outcome: LookupOutcome
+    started_at: datetime
+    evidence: dict[str, Any] = field(default_factory=dict)
+    result: str | None = None
+    settles_at: datetime | None = None  # a premature NotFound becomes conclusive then
+
+    def attempt(self, actor: str, owner: str | None = None) -> dict[str, Any]:
+        """The audited attempt row's values."""
+        return {
+            "outcome": self.outcome.value,
+            "evidence": dumps_json(self.evidence),
+            "actor": actor,
+            "owner": owner,
+            "started_at": self.started_at,
+        }
+
+    def retry_after_ms(self, now: datetime, default_ms: int) -> int:
+        """When asking again can tell more: at the end of the settle window, else `default_ms`."""
+        if self.settles_at is None:
+            return default_ms
+        return max(int((self.settles_at - now) / timedelta(milliseconds=1)), 1)
+
+
+async def run_lookup(
+    spec: LookupSpec,
+    operation: OperationRecord,
+    attempts: Sequence[AttemptRecord],
+    clock: Clock,
+) -> Check:
+    """Ask `spec.lookup` about `operation`; any failure to answer is an `unknown` check."""
+    started_at = clock.now()
+    if spec.lookup is None:
+        return Check(LookupOutcome.UNKNOWN, started_at, {"reason": "the tool has no lookup"})
+    view = LookupOperation.from_records(operation, attempts)
+    began = time.perf_counter()
+    deadline = asyncio.timeout(spec.timeout)
+    try:
+        async with deadline:
+            answer: object = await spec.lookup(view)
+    except Exception as error:
+        evidence = exception_evidence(error)
+        if deadline.expired():
+            evidence = {"reason": f"the lookup did not answer within {spec.timeout}s"}
+        return Check(LookupOutcome.UNKNOWN, started_at, {**evidence, **_elapsed(began)})
+    return _conclude(spec, operation, answer, started_at, _elapsed(began))
+
+
+def _conclude(
+    spec: LookupSpec,
+    operation: OperationRecord,
+    answer: object,
+    started_at: datetime,
+    elapsed: dict[str, Any],
+) -> Check:
+    if isinstance(answer, Found):
+        try:
+            encoded = spec.encode(answer.result)
+        except Exception as error:
+            reason = f"the found result has no JSON form: {type(error).__name__}"
+            return Check(LookupOutcome.UNKNOWN, started_at, {"reason": reason, **elapsed})
+        excerpt = encoded[:EVIDENCE_MESSAGE_LIMIT]
+        return Check(LookupOutcome.FOUND, started_at, {"result": excerpt, **elapsed}, encoded)
+    if isinstance(answer, NotFound):
+        sent_at = operation.last_sent_at or operation.created_at
+        settles_at = sent_at + timedelta(seconds=spec.settle_after)
+        if started_at >= settles_at:
+            return Check(LookupOutcome.NOT_FOUND, started_at, elapsed)
+        evidence = {"reason": "not found before the settle window closed", **elapsed}
+        evidence["settles_at"] = settles_at.isoformat()
+        return Check(LookupOutcome.UNKNOWN, started_at, evidence, settles_at=settles_at)
+    if isinstance(answer, Unknown):
+        reason = answer.reason[:EVIDENCE_MESSAGE_LIMIT] or "the lookup could not tell"
+        return Check(LookupOutcome.UNKNOWN, started_at, {"reason": reason, **elapsed})
+    reason = f"the lookup returned {type(answer).__name__}, not Found, NotFound or Unknown"
+    return Check(LookupOutcome.UNKNOWN, started_at, {"reason": reason, **elapsed})
+
+
+def _elapsed(began: float) -> dict[str, Any]:
+    return {"elapsed_ms": round((time.perf_counter() - began) * 1000, 3)}

@@ -1,0 +1,245 @@
+"""Reconciliation jobs: establish the truth of unknown outcomes, never execute a write.
+
+A pass leases due operations (`outcome_unknown` ones, and `in_flight` ones whose worker died),
+asks each tool's lookup, and records what it learned: found → `succeeded` with the found result;
+proven absent → `failed` with a retryable no-effect code, so the caller's next call with the key
+continues under the continuation policy (the reconciler itself runs nothing); still unknown →
+checked again after an exponential backoff, until the check budget is spent → `needs_attention`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+import uuid
+from collections import Counter
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import timedelta
+from enum import StrEnum
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict
+
+from ledger import AttemptKind, AttemptRecord, Ledger, OperationRecord, Status, dumps_json
+from reconciler._absence import after_absence
+from reconciler._check import Check, LookupOutcome, LookupSpec, run_lookup
+from reconciler._contract import CodeRegistry
+from reconciler._single import SingleWorkerLock
+
+logger = logging.getLogger("writesafe")
+
+ACTOR = "reconciler"
+
+
+class ReconcileReport(BaseModel):
+    """What a reconciliation pass did, by operation."""
+
+    model_config = ConfigDict(frozen=True)
+
+    examined: int = 0  # leased and looked at
+    found: int = 0  # the effect exists: succeeded, with the found result
+    absent: int = 0  # proven absent: failed (no effect), the key's next call may continue
+    still_unknown: int = 0  # checked again later, with backoff
+    escalated: int = 0  # needs_attention: the check budget is spent
+    superseded: int = 0  # a caller's own lookup (or an operator) changed it first
+    errors: int = 0  # not processed (e.g. the ledger failed); its lease hands it on
+    expired_leases: int = 0  # in_flight operations of dead workers, now outcome_unknown
+    seconds: float = 0.0
+
+    def __add__(self, other: ReconcileReport) -> ReconcileReport:
+        return ReconcileReport(
+            **{name: getattr(self, name) + getattr(other, name) for name in type(self).model_fields}
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class ReconcilePolicy:
+    """Bounds of reconciliation: checks before escalating, their backoff, and the claim lease."""
+
+    max_checks: int = 10
+    backoff_seconds: float = 2.0
+    backoff_max_seconds: float = 600.0
+    lease_seconds: float = 30.0
+    batch_size: int = 16  # operations leased, and looked up concurrently, at a time
+
+    def backoff(self, checks: int) -> float:
+        """Delay before check number `checks + 1`: doubling from `backoff_seconds`, capped."""
+        return float(min(self.backoff_seconds * 2 ** max(checks - 1, 0), self.backoff_max_seconds))
+
+
+class _Verdict(StrEnum):
+    FOUND = "found"
+    ABSENT = "absent"
+    STILL_UNKNOWN = "still_unknown"
+    ESCALATED = "escalated"
+    SUPERSEDED = "superseded"
+    ERRORS = "errors"
+
+
+class Reconciler:
+    """Runs reconciliation passes for the tools in `lookups` (tool name → how to look it up).
+
+    Any number of reconcilers may share one PostgreSQL ledger; on SQLite the first one to run
+    holds an exclusive lock until `close()`, and a second one is refused with `ReconcilerBusy`.
+    """
+
+    def __init__(
+        self,
+        ledger: Ledger,
+        lookups: Mapping[str, LookupSpec],
+        codes: CodeRegistry,
+        policy: ReconcilePolicy | None = None,
+    ) -> None:
+        self.ledger = ledger
+        self.lookups = lookups
+        self.codes = codes
+        self.policy = policy or ReconcilePolicy()
+        self.worker = uuid.uuid4().hex
+        self._lock = _single_worker_lock(ledger)
+
+    async def run(
+        self,
+        *,
+        limit: int | None = None,
+        older_than: float = 0.0,
+        tool: str | None = None,
+        on_progress: Callable[[ReconcileReport], None] | None = None,
+        stop: asyncio.Event | None = None,
+    ) -> ReconcileReport:
+        """One pass over what is due now: at most `limit` operations, sent at least `older_than`
+        seconds ago, of `tool` (default: every tool in `lookups`)."""
+        if tool is not None and tool not in self.lookups:
+            raise ValueError(f"no tool named {tool!r} is registered")
+        tools = sorted(self.lookups) if tool is None else [tool]
+        began = time.perf_counter()
+        tally: Counter[str] = Counter()
+        if not tools:
+            return _report(tally, began)
+        if self._lock is not None:
+            self._lock.acquire()
+        lease = max(
+            self.policy.lease_seconds, 2 * max(self.lookups[name].timeout for name in tools) + 1
+        )
+        while limit is None or tally["examined"] < limit:
+            if stop is not None and stop.is_set():
+                break
+            size = self.policy.batch_size
+            if limit is not None:
+                size = min(size, limit - tally["examined"])
+            sent_before = None
+            if older_than > 0:
+                sent_before = self.ledger.clock.now() - timedelta(seconds=older_than)
+            batch = await self.ledger.claim_due(
+                limit=size, lease_seconds=lease, tools=tools, sent_before=sent_before
+            )
+            tally["expired_leases"] += batch.expired
+            if not batch.operations:
+                break
+            attempts = await self.ledger.attempts_of([op.id for op in batch.operations])
+            verdicts = await asyncio.gather(
+                *(self._reconcile(op, attempts[op.id]) for op in batch.operations)
+            )
+            tally.update(verdict.value for verdict in verdicts)
+            tally["examined"] += len(verdicts)
+            if on_progress is not None:
+                on_progress(_report(tally, began))
+        return _report(tally, began)
+
+    async def count_due(self, *, older_than: float = 0.0, tool: str | None = None) -> int:
+        """About how many operations a pass would examine now (for progress displays)."""
+        tools = sorted(self.lookups) if tool is None else [tool]
+        sent_before = None
+        if older_than > 0:
+            sent_before = self.ledger.clock.now() - timedelta(seconds=older_than)
+        return await self.ledger.count_due(tools=tools, sent_before=sent_before) if tools else 0
+
+    def close(self) -> None:
+        """Release the SQLite single-worker lock, if held."""
+        if self._lock is not None:
+            self._lock.release()
+
+    async def _reconcile(
+        self, operation: OperationRecord, attempts: Sequence[AttemptRecord]
+    ) -> _Verdict:
+        try:
+            return await self._check(operation, attempts)
+        except Exception:
+            logger.exception(
+                "reconciling %s/%s failed; its lease hands it to a later pass",
+                operation.scope,
+                operation.key,
+            )
+            return _Verdict.ERRORS
+
+    async def _check(
+        self, operation: OperationRecord, attempts: Sequence[AttemptRecord]
+    ) -> _Verdict:
+        check = await run_lookup(
+            self.lookups[operation.tool], operation, attempts, self.ledger.clock
+        )
+        audit = check.attempt(ACTOR, self.worker)
+        if check.outcome is LookupOutcome.FOUND:
+            row = await self.ledger.settle(
+                operation,
+                AttemptKind.LOOKUP,
+                audit,
+                status=Status.SUCCEEDED,
+                result=check.result,
+                next_check_at=None,
+            )
+            return _Verdict.FOUND if row is not None else _Verdict.SUPERSEDED
+        if check.outcome is LookupOutcome.NOT_FOUND:
+            envelope = after_absence(operation, self.codes).envelope
+            row = await self.ledger.settle(
+                operation,
+                AttemptKind.LOOKUP,
+                audit,
+                status=Status.FAILED,
+                error=dumps_json(envelope.to_json_dict()),
+                last_code=envelope.code,
+                next_check_at=None,
+            )
+            return _Verdict.ABSENT if row is not None else _Verdict.SUPERSEDED
+        return await self._check_later(operation, check, audit)
+
+    async def _check_later(
+        self, operation: OperationRecord, check: Check, audit: dict[str, object]
+    ) -> _Verdict:
+        if check.settles_at is not None:
+            # Not found, but too early to believe it: ask again once the window closes, without
+            # spending the budget on a question that could not be answered yet.
+            checks, due = operation.checks, check.settles_at
+        else:
+            checks = operation.checks + 1
+            due = self.ledger.clock.now() + timedelta(seconds=self.policy.backoff(checks))
+        if checks >= self.policy.max_checks:
+            evidence = {**check.evidence, "escalated_after_checks": checks}
+            row = await self.ledger.settle(
+                operation,
+                AttemptKind.LOOKUP,
+                {**audit, "evidence": dumps_json(evidence)},
+                status=Status.NEEDS_ATTENTION,
+                checks=checks,
+                next_check_at=None,
+            )
+            return _Verdict.ESCALATED if row is not None else _Verdict.SUPERSEDED
+        row = await self.ledger.settle(
+            operation, AttemptKind.LOOKUP, audit, checks=checks, next_check_at=due
+        )
+        return _Verdict.STILL_UNKNOWN if row is not None else _Verdict.SUPERSEDED
+
+
+def _report(tally: Counter[str], began: float) -> ReconcileReport:
+    return ReconcileReport(
+        **{name: tally[name] for name in ReconcileReport.model_fields if name != "seconds"},
+        seconds=round(time.perf_counter() - began, 3),
+    )
+
+
+def _single_worker_lock(ledger: Ledger) -> SingleWorkerLock | None:
+    database = ledger.engine.url.database
+    if not ledger.is_sqlite or not database or database == ":memory:":
+        return None
+    return SingleWorkerLock(Path(database).resolve())
