@@ -38,7 +38,8 @@ def summary(report: Report) -> Table:
         "reconciler workers",
         f"found {passes['found']:,}, absent {passes['absent']:,}, "
         f"escalated {passes['escalated']:,}, expired leases {passes['expired_leases']:,}, "
-        f"errors {passes['errors']:,}; restarted {report.reconciler_restarts} times",
+        f"errors {passes['errors']:,}; exits (restarted) by code "
+        f"{dict(report.reconciler_restarts) or 'none'}",
     )
     table.add_row("reconciled (operations with a lookup, now final)", f"{verdict.reconciled:,}")
     table.add_row("escalated (needs_attention)", f"{verdict.escalated:,}")

@@ -96,7 +96,7 @@ def check(
         row = ledger.get(ref)
         if len(effect) > 1:
             bad["duplicates"].append(ref)
-        if finals.get(ref) not in ("result", "envelope", "gave_up"):
+        if ref not in finals:  # (an untyped final answer is counted as `untyped`)
             bad["unanswered"].append(ref)
         if row is None:
             if effect:

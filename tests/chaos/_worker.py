@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import traceback
 from collections import Counter
 from pathlib import Path
 from typing import Any, TextIO
@@ -82,7 +83,11 @@ class Agent:
                 final = "envelope"
                 break
             except Exception as error:  # the contract says this never happens: record it
-                self._write({"ref": ref, "kind": "untyped", "error": repr(error)[:500]})
+                frames = traceback.extract_tb(error.__traceback__)[-8:]
+                where = [f"{f.filename.rsplit('/', 2)[-1]}:{f.lineno} {f.name}" for f in frames]
+                self._write(
+                    {"ref": ref, "kind": "untyped", "error": repr(error)[:500], "where": where}
+                )
                 final = "untyped"
                 break
             else:
