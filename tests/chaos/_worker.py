@@ -83,7 +83,12 @@ class Agent:
                 final = "envelope"
                 break
             except Exception as error:  # the contract says this never happens: record it
-                frames = traceback.extract_tb(error.__traceback__)[-8:]
+                ours = ("/idempotency/", "/ledger/", "/reconciler/")
+                frames = [
+                    f
+                    for f in traceback.extract_tb(error.__traceback__)
+                    if any(part in f.filename for part in ours)
+                ]
                 where = [f"{f.filename.rsplit('/', 2)[-1]}:{f.lineno} {f.name}" for f in frames]
                 self._write(
                     {"ref": ref, "kind": "untyped", "error": repr(error)[:500], "where": where}
