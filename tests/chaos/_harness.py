@@ -38,6 +38,7 @@ PG_URL = os.environ.get(
 ROOT = Path(__file__).resolve().parents[2]
 SETTLE_TIMEOUT = 120.0
 MAX_RECONCILER_RESTARTS = 200
+MIN_WORKER_LIFETIME = 10.0
 
 
 @dataclass
@@ -164,9 +165,11 @@ class Workers:
         self.seed = seed
         self.concurrency = concurrency
         self.processes: dict[int, subprocess.Popen[bytes]] = {}
+        self.started: dict[int, float] = {}
         self.done: set[int] = set()
 
     def start(self, index: int) -> None:
+        self.started[index] = time.monotonic()
         log = (self.run_dir / f"worker-{index}.log").open("ab")
         self.processes[index] = subprocess.Popen(
             [
@@ -205,8 +208,15 @@ class Workers:
                 log = self.run_dir / f"worker-{index}.log"
                 raise RuntimeError(f"client worker {index} crashed ({code}); see {log}")
 
-    def running(self) -> list[int]:
-        return [i for i, p in self.processes.items() if p.poll() is None]
+    def killable(self) -> list[int]:
+        """Running workers that have lived long enough to make progress since their last start:
+        killing a freshly restarted worker again and again would starve its last orders."""
+        now = time.monotonic()
+        return [
+            i
+            for i, p in self.processes.items()
+            if p.poll() is None and now - self.started[i] >= MIN_WORKER_LIFETIME
+        ]
 
     @property
     def finished(self) -> bool:
@@ -240,10 +250,10 @@ class FaultDriver:
 
     async def inject(self, kind: DriverFault) -> None:
         if kind is DriverFault.KILL_WORKER:
-            running = self.workers.running()
-            if not running:
+            killable = self.workers.killable()
+            if not killable:
                 return
-            victim = self.workers.processes[self.rng.choice(running)]
+            victim = self.workers.processes[self.rng.choice(killable)]
             victim.kill()
         elif kind is DriverFault.RESTART_REDIS:
             await asyncio.to_thread(self.servers.restart_redis)
