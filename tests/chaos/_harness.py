@@ -373,6 +373,7 @@ async def run_chaos(
     log(f"run directory (journals, shop.db, logs): {run_dir}; ledger schema/role {role}")
     servers = Servers(run_dir, plan)
     reconciler_processes: list[subprocess.Popen[bytes]] = []
+    pool: Workers | None = None
     started = time.monotonic()
     await _create_role(pg_url, role)
     try:
@@ -426,7 +427,8 @@ async def run_chaos(
         )
         return report
     finally:
-        for process in reconciler_processes:
+        workers_left = [] if pool is None else list(pool.processes.values())
+        for process in [*reconciler_processes, *workers_left]:
             if process.poll() is None:
                 process.kill()
         servers.stop()
