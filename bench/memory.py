@@ -1,6 +1,6 @@
 """Memory per in-flight call: what the guard holds while a write is executing.
 
-    python -m bench.memory [--calls 2000] [--backend pg+redis|pg|embedded] [--json]
+    python -m bench.memory [--calls 500] [--backend pg+redis|pg|embedded] [--json]
 
 Starts N guarded calls with distinct keys whose write waits on an event, waits until every one is
 executing, and measures the Python heap (tracemalloc) and the process RSS against the state before;
@@ -136,7 +136,7 @@ def _print(report: dict[str, Any]) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--calls", type=int, default=2000)
+    parser.add_argument("--calls", type=int, default=500)
     parser.add_argument("--backend", choices=["pg+redis", "pg", "embedded"], default="pg+redis")
     parser.add_argument("--database-url", default=PG_URL)
     parser.add_argument("--redis-url", default=REDIS_URL)
