@@ -236,8 +236,16 @@ class FaultDriver:
         self.role = role
         self.report = report
         self.pg_url = pg_url
+        self.admin: asyncpg.Connection | None = None
 
     async def run(self, stop: asyncio.Event) -> None:
+        self.admin = await asyncpg.connect(_dsn(self.pg_url))
+        try:
+            await self._drive(stop)
+        finally:
+            await self.admin.close()
+
+    async def _drive(self, stop: asyncio.Event) -> None:
         kinds: list[DriverFault] = []
         while not stop.is_set():
             with contextlib.suppress(TimeoutError):
@@ -258,14 +266,14 @@ class FaultDriver:
         elif kind is DriverFault.RESTART_REDIS:
             await asyncio.to_thread(self.servers.restart_redis)
         elif kind is DriverFault.TERMINATE_PG:
-            connection = await asyncpg.connect(_dsn(self.pg_url))
-            try:
-                await connection.fetch(
-                    "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE usename = $1",
-                    self.role,
-                )
-            finally:
-                await connection.close()
+            # One admin connection for the whole run: when the server is at max_connections
+            # a new one would be refused exactly when the fault matters.
+            if self.admin is None or self.admin.is_closed():
+                self.admin = await asyncpg.connect(_dsn(self.pg_url))
+            await self.admin.fetch(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE usename = $1",
+                self.role,
+            )
         elif kind is DriverFault.STALL_SHOP:
             assert self.servers.shop is not None
             os.kill(self.servers.shop.pid, signal.SIGSTOP)
