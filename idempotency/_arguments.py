@@ -37,10 +37,11 @@ def bind(signature: inspect.Signature, args: tuple[Any, ...], kwargs: dict[str, 
     arguments = {k: v for k, v in bound.arguments.items() if k != KEY_PARAMETER}
     try:
         text = canonical_json(arguments)
+        size = len(text.encode())  # a lone surrogate has no UTF-8 form: UnicodeEncodeError
     except (PydanticSerializationError, ValueError, TypeError, RecursionError) as error:
         message = f"arguments have no JSON form: {type(error).__name__}"
         raise invalid_input("arguments", message) from None
-    if len(text.encode()) > MAX_ARGUMENTS_BYTES:
+    if size > MAX_ARGUMENTS_BYTES:
         raise invalid_input("arguments", "arguments exceed 1 MiB of JSON")
     return BoundCall(bound.args, bound.kwargs, arguments, text)
 
@@ -55,10 +56,10 @@ def auth_hash(auth_context: object) -> str | None:
     if auth_context is None:
         return None
     try:
-        text = canonical_json(auth_context)
+        encoded = canonical_json(auth_context).encode()
     except (PydanticSerializationError, ValueError, TypeError, RecursionError):
         raise invalid_input("auth_context", "auth_context has no JSON form") from None
-    return hashlib.sha256(text.encode()).hexdigest()
+    return hashlib.sha256(encoded).hexdigest()
 
 
 def derive_key(key_function: Callable[..., object], call: BoundCall) -> object:

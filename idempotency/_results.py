@@ -10,6 +10,8 @@ from typing import Any
 from pydantic import TypeAdapter
 from pydantic_core import PydanticSerializationError
 
+from ledger import dumps_json, loads_json
+
 logger = logging.getLogger("writesafe")
 
 
@@ -32,11 +34,21 @@ class ResultCodec:
             logger.warning(
                 "result of type %s has no JSON form; stored as text", type(result).__name__
             )
+        try:
             return self._adapter.dump_json(result, fallback=str, warnings=False).decode()
+        except Exception:
+            # Not even its text can be stored (a lone surrogate, undecodable bytes, nesting deeper
+            # than the serializer goes, a failing __str__): record that the write returned one.
+            return dumps_json(f"<unstorable {type(result).__name__}>")
 
     def decode(self, text: str) -> Any:
         try:
             return self._adapter.validate_json(text)
         except ValueError:
-            # The declared type changed since the result was stored: replay the stored JSON.
-            return TypeAdapter(Any).validate_json(text)
+            pass
+        # The declared type changed since the result was stored, or the JSON nests deeper than
+        # pydantic parses: replay the stored JSON as plain data, or as its text if even that fails.
+        try:
+            return loads_json(text)
+        except (ValueError, RecursionError):
+            return text

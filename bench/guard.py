@@ -1,0 +1,275 @@
+"""Guard overhead: what a guarded call costs compared with the round trips it must make.
+
+    python -m bench.guard [--rounds 10 --per-round 50] [--json]
+
+Measures, interleaved in one run: the bare write; the embedded default (SQLite, no Redis);
+PostgreSQL alone; Redis + PostgreSQL — each as a first execution, a replay of a finished key and
+a concurrent duplicate arriving from another worker while the first is in flight; and the floor
+with raw clients (Redis PING and GET, PostgreSQL SELECT 1 and a committed INSERT, a committed
+SQLite INSERT with the ledger's PRAGMAs). It prints p50/p99 and the ratios the targets are set on.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import aiosqlite
+import asyncpg
+from redis.asyncio import Redis
+from rich.console import Console
+from rich.table import Table
+
+from bench._setup import PG_URL, REDIS_URL, asyncpg_dsn, isolated
+from bench._stats import Series, measure, us
+from idempotency import Tool, WriteSafe
+
+ORDER = {"sku": "A1", "qty": 1, "postcode": "560001"}
+DUPLICATE_WRITE_SECONDS = 0.01
+
+# First execution: lease + intent commit + outcome commit + cache write.
+FIRST_TARGET = 1.5
+# Replay of a finished key: one Redis round trip.
+REPLAY_TARGET = 2.0
+
+
+async def bare_write(order: dict[str, Any]) -> dict[str, Any]:
+    return {"order_id": f"o-{order['sku']}", "accepted": True}
+
+
+def guarded(ws: WriteSafe) -> Tool[dict[str, Any]]:
+    return ws.tool("bench_submit")(bare_write)
+
+
+class Duplicates:
+    """A first call on one worker and the same key from another worker while it is in flight.
+
+    The sample is the lag between the first call's return and the duplicate's: how long a
+    duplicate waits beyond the write it is waiting for.
+    """
+
+    def __init__(self, first: WriteSafe, second: WriteSafe, label: str) -> None:
+        self.label = label
+        self.executions = 0
+        self._started = asyncio.Event()
+
+        async def slow_write(order: dict[str, Any]) -> dict[str, Any]:
+            self.executions += 1
+            self._started.set()
+            await asyncio.sleep(DUPLICATE_WRITE_SECONDS)
+            return await bare_write(order)
+
+        self._first = first.tool("bench_slow")(slow_write)
+        self._second = second.tool("bench_slow")(slow_write)
+
+    async def sample(self, n: int) -> float:
+        key = f"{self.label}-dup-{n}"
+        self._started.clear()
+        leader = asyncio.create_task(_timed(self._first(ORDER, idempotency_key=key)))
+        await self._started.wait()
+        follower = asyncio.create_task(_timed(self._second(ORDER, idempotency_key=key)))
+        (first_result, first_done), (second_result, second_done) = await asyncio.gather(
+            leader, follower
+        )
+        assert first_result == second_result, "a duplicate must get the first call's result"
+        return second_done - first_done
+
+
+async def _timed(call: Any) -> tuple[Any, float]:
+    result = await call
+    return result, time.perf_counter()
+
+
+async def run(args: argparse.Namespace) -> dict[str, Any]:
+    async with isolated("guard", args.database_url, args.redis_url) as iso:
+        workdir = Path(tempfile.mkdtemp(prefix="bench-guard-"))
+        pg = await asyncpg.connect(
+            asyncpg_dsn(args.database_url), server_settings={"search_path": iso.schema}
+        )
+        await pg.execute("CREATE TABLE bench_floor (id bigserial PRIMARY KEY, k text, v text)")
+        redis = Redis.from_url(args.redis_url)
+        cached_key = f"{iso.redis_prefix}:floor"
+        await redis.set(cached_key, "f" * 64 + "\n" + json.dumps(await bare_write(ORDER)))
+        lite = await aiosqlite.connect(workdir / "floor.db", isolation_level=None)
+        await lite.execute("PRAGMA journal_mode=WAL")
+        await lite.execute("PRAGMA synchronous=FULL")
+        await lite.execute("CREATE TABLE bench_floor (id INTEGER PRIMARY KEY, k TEXT, v TEXT)")
+
+        embedded = WriteSafe(f"sqlite+aiosqlite:///{workdir / 'ledger.db'}")
+        embedded_b = WriteSafe(f"sqlite+aiosqlite:///{workdir / 'ledger.db'}")
+        pg_only = WriteSafe(args.database_url, schema=iso.schema, auto_migrate=True)
+        pg_only_b = WriteSafe(args.database_url, schema=iso.schema, auto_migrate=True)
+        full = WriteSafe(
+            args.database_url,
+            args.redis_url,
+            schema=iso.schema,
+            redis_prefix=iso.redis_prefix,
+            auto_migrate=True,
+        )
+        full_b = WriteSafe(
+            args.database_url,
+            args.redis_url,
+            schema=iso.schema,
+            redis_prefix=iso.redis_prefix,
+            auto_migrate=True,
+        )
+        all_ws = [embedded, embedded_b, pg_only, pg_only_b, full, full_b]
+        try:
+            for ws in all_ws:
+                await ws.start()
+            tools = {"embedded": embedded, "pg": pg_only, "pg+redis": full}
+            guarded_tools = {label: guarded(ws) for label, ws in tools.items()}
+            for label, tool in guarded_tools.items():
+                await tool(ORDER, idempotency_key=f"{label}-replay")
+            duplicates = {
+                "embedded": Duplicates(embedded, embedded_b, "embedded"),
+                "pg": Duplicates(pg_only, pg_only_b, "pg"),
+                "pg+redis": Duplicates(full, full_b, "pg+redis"),
+            }
+
+            async def bare(n: int) -> None:
+                await bare_write(ORDER)
+
+            async def ping(n: int) -> None:
+                await redis.ping()
+
+            async def get(n: int) -> None:
+                await redis.get(cached_key)
+
+            async def select_1(n: int) -> None:
+                await pg.fetchval("SELECT 1")
+
+            async def pg_insert(n: int) -> None:
+                await pg.execute("INSERT INTO bench_floor (k, v) VALUES ($1, $2)", str(n), "v")
+
+            async def lite_insert(n: int) -> None:
+                await lite.execute("INSERT INTO bench_floor (k, v) VALUES (?, ?)", (str(n), "v"))
+
+            series = [
+                Series("bare call", bare),
+                Series("floor: redis PING", ping),
+                Series("floor: redis GET", get),
+                Series("floor: pg SELECT 1", select_1),
+                Series("floor: pg committed INSERT", pg_insert),
+                Series("floor: sqlite committed INSERT", lite_insert),
+            ]
+            for label, tool in guarded_tools.items():
+                series.append(Series(f"{label}: first execution", _first(tool, label)))
+                series.append(Series(f"{label}: replay", _replay(tool, label)))
+                series.append(Series(f"{label}: in-flight duplicate lag", duplicates[label].sample))
+            await measure(series, rounds=args.rounds, per_round=args.per_round)
+            for label, dup in duplicates.items():
+                expected = len(_by_name(series, f"{label}: in-flight duplicate lag").seconds) + 20
+                assert dup.executions == expected, f"{label}: duplicates executed the write"
+        finally:
+            for ws in all_ws:
+                await ws.close()
+            await pg.close()
+            await redis.aclose()
+            await lite.close()
+    return _report(series, args)
+
+
+def _first(tool: Tool[dict[str, Any]], label: str) -> Any:
+    async def sample(n: int) -> None:
+        await tool(ORDER, idempotency_key=f"{label}-first-{n}")
+
+    return sample
+
+
+def _replay(tool: Tool[dict[str, Any]], label: str) -> Any:
+    async def sample(n: int) -> None:
+        await tool(ORDER, idempotency_key=f"{label}-replay")
+
+    return sample
+
+
+def _by_name(series: list[Series], name: str) -> Series:
+    return next(s for s in series if s.name == name)
+
+
+def _report(series: list[Series], args: argparse.Namespace) -> dict[str, Any]:
+    p50 = {s.name: s.p50 for s in series}
+    p99 = {s.name: s.p99 for s in series}
+    ping, get = p50["floor: redis PING"], p50["floor: redis GET"]
+    pg_insert, lite_insert = (
+        p50["floor: pg committed INSERT"],
+        p50["floor: sqlite committed INSERT"],
+    )
+    floors = {
+        "pg+redis: first execution": 2 * ping + 2 * pg_insert,
+        "pg: first execution": 2 * pg_insert,
+        "embedded: first execution": 2 * lite_insert,
+        "pg+redis: replay": get,
+        "pg: replay": p50["floor: pg SELECT 1"],
+    }
+    ratios = {name: p50[name] / floor for name, floor in floors.items()}
+    return {
+        "rounds": args.rounds,
+        "per_round": args.per_round,
+        "samples": {s.name: len(s.seconds) for s in series},
+        "p50_us": {k: round(v * 1e6, 1) for k, v in p50.items()},
+        "p99_us": {k: round(v * 1e6, 1) for k, v in p99.items()},
+        "floor_us": {k: round(v * 1e6, 1) for k, v in floors.items()},
+        "ratio_p50": {k: round(v, 2) for k, v in ratios.items()},
+        "targets": {
+            "pg+redis first execution <= 1.5x (2 PING + 2 committed INSERT)": ratios[
+                "pg+redis: first execution"
+            ]
+            <= FIRST_TARGET,
+            "pg+redis replay <= 2x (redis GET)": ratios["pg+redis: replay"] <= REPLAY_TARGET,
+        },
+    }
+
+
+def _print(report: dict[str, Any]) -> None:
+    console = Console()
+    table = Table(title="guard overhead (µs per call)")
+    for column in ("operation", "samples", "p50", "p99"):
+        table.add_column(column, justify="left" if column == "operation" else "right")
+    for name, p50 in report["p50_us"].items():
+        table.add_row(
+            name, str(report["samples"][name]), us(p50 / 1e6), us(report["p99_us"][name] / 1e6)
+        )
+    console.print(table)
+    ratios = Table(title="p50 against the floor of the round trips each call must make")
+    for column in ("call", "floor", "floor µs", "ratio"):
+        ratios.add_column(column, justify="left" if column in ("call", "floor") else "right")
+    floors_explained = {
+        "pg+redis: first execution": "2 redis PING + 2 pg committed INSERT",
+        "pg: first execution": "2 pg committed INSERT",
+        "embedded: first execution": "2 sqlite committed INSERT",
+        "pg+redis: replay": "1 redis GET",
+        "pg: replay": "1 pg SELECT 1",
+    }
+    for name, ratio in report["ratio_p50"].items():
+        ratios.add_row(
+            name, floors_explained[name], us(report["floor_us"][name] / 1e6), f"{ratio:.2f}x"
+        )
+    console.print(ratios)
+    for target, met in report["targets"].items():
+        console.print(f"{'MET ' if met else 'MISSED'}  {target}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=10)
+    parser.add_argument("--per-round", type=int, default=50)
+    parser.add_argument("--database-url", default=PG_URL)
+    parser.add_argument("--redis-url", default=REDIS_URL)
+    parser.add_argument("--json", action="store_true", help="print the report as JSON")
+    args = parser.parse_args()
+    report = asyncio.run(run(args))
+    if args.json:
+        print(json.dumps(report, indent=2))
+    else:
+        _print(report)
+
+
+if __name__ == "__main__":
+    main()

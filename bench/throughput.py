@@ -1,0 +1,259 @@
+"""Throughput: guarded first executions per second with 1, 8 and 64 keys in flight.
+
+    python -m bench.throughput [--seconds 3] [--backend pg+redis|pg|embedded] [--json]
+
+Each configuration keeps C distinct keys in flight at all times (C coroutines, each calling the
+guarded write with a fresh key as soon as its previous call returns), either in one process or
+spread evenly over 4 processes (C=1 becomes one key per process: 4 in flight). The baseline,
+measured in the same run and process layout, is the same loop doing only the round trips a first
+execution must make with raw clients: 2 Redis PING and 2 committed PostgreSQL INSERT (or the
+committed INSERTs alone without Redis). Ratios: guarded / floor, and 4 processes / 1 process.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import multiprocessing
+import time
+from dataclasses import dataclass
+from multiprocessing.synchronize import Barrier
+from pathlib import Path
+from typing import Any
+
+import aiosqlite
+import asyncpg
+from redis.asyncio import Redis
+from rich.console import Console
+from rich.table import Table
+
+from bench._setup import PG_URL, REDIS_URL, asyncpg_dsn, isolated
+from bench.guard import ORDER, bare_write
+from idempotency import WriteSafe
+
+CONCURRENCY = (1, 8, 64)
+PROCESSES = (1, 4)
+
+
+@dataclass(frozen=True)
+class Job:
+    kind: str  # "guard" or "floor"
+    backend: str
+    database_url: str
+    redis_url: str | None
+    schema: str | None
+    redis_prefix: str
+    sqlite_path: str
+    tag: str
+    in_flight: int
+    seconds: float
+
+
+async def _loop(job: Job, one: Any) -> int:
+    deadline = time.perf_counter() + job.seconds
+    done = 0
+
+    async def worker(w: int) -> None:
+        nonlocal done
+        n = 0
+        while time.perf_counter() < deadline:
+            await one(f"{job.tag}-{w}-{n}")
+            n += 1
+            done += 1
+
+    await asyncio.gather(*(worker(w) for w in range(job.in_flight)))
+    return done
+
+
+async def _guard_job(job: Job, barrier: Barrier) -> int:
+    if job.backend == "embedded":
+        ws = WriteSafe(f"sqlite+aiosqlite:///{job.sqlite_path}")
+    else:
+        ws = WriteSafe(
+            job.database_url,
+            job.redis_url,
+            schema=job.schema,
+            redis_prefix=job.redis_prefix,
+        )
+    tool = ws.tool("bench_submit")(bare_write)
+    try:
+        await ws.start()
+        await tool(ORDER, idempotency_key=f"{job.tag}-warm")
+        barrier.wait()
+
+        async def one(key: str) -> None:
+            await tool(ORDER, idempotency_key=key)
+
+        return await _loop(job, one)
+    finally:
+        await ws.close()
+
+
+async def _floor_job(job: Job, barrier: Barrier) -> int:
+    if job.backend == "embedded":
+        lite = await aiosqlite.connect(job.sqlite_path, isolation_level=None, timeout=30)
+        await lite.execute("PRAGMA journal_mode=WAL")
+        await lite.execute("PRAGMA synchronous=FULL")
+        lock = asyncio.Lock()  # one connection, like the ledger's serialised writers
+        barrier.wait()
+
+        async def lite_one(key: str) -> None:
+            for _ in range(2):
+                async with lock:
+                    await lite.execute("INSERT INTO bench_floor (k) VALUES (?)", (key,))
+
+        try:
+            return await _loop(job, lite_one)
+        finally:
+            await lite.close()
+    pool = await asyncpg.create_pool(
+        asyncpg_dsn(job.database_url),
+        min_size=1,
+        max_size=min(job.in_flight, 30),
+        server_settings={"search_path": job.schema or "public"},
+    )
+    redis = Redis.from_url(job.redis_url) if job.redis_url else None
+    barrier.wait()
+
+    async def one(key: str) -> None:
+        if redis is not None:
+            await redis.ping()
+        for _ in range(2):
+            await pool.execute("INSERT INTO bench_floor (k) VALUES ($1)", key)
+        if redis is not None:
+            await redis.ping()
+
+    try:
+        return await _loop(job, one)
+    finally:
+        await pool.close()
+        if redis is not None:
+            await redis.aclose()
+
+
+def _process(job: Job, barrier: Barrier, results: Any) -> None:
+    run = _guard_job if job.kind == "guard" else _floor_job
+    results.put(asyncio.run(run(job, barrier)))
+
+
+def _run_config(base: Job, processes: int, in_flight: int) -> float:
+    """Ops per second of `processes` processes sharing `in_flight` keys in flight."""
+    context = multiprocessing.get_context("spawn")
+    per_process = max(in_flight // processes, 1)
+    barrier = context.Barrier(processes + 1)
+    results = context.Queue()
+    children = []
+    for p in range(processes):
+        job = Job(
+            **{
+                **base.__dict__,
+                "tag": f"{base.tag}-{processes}-{in_flight}-{p}",
+                "in_flight": per_process,
+            }
+        )
+        child = context.Process(target=_process, args=(job, barrier, results))
+        child.start()
+        children.append(child)
+    barrier.wait()
+    started = time.perf_counter()
+    total = sum(results.get(timeout=base.seconds + 120) for _ in children)
+    elapsed = max(time.perf_counter() - started, base.seconds)
+    for child in children:
+        child.join()
+    return total / elapsed
+
+
+async def _prepare(args: argparse.Namespace, schema: str, sqlite_path: Path) -> None:
+    if args.backend == "embedded":
+        ws = WriteSafe(f"sqlite+aiosqlite:///{sqlite_path}")
+        await ws.start()
+        await ws.close()
+        async with aiosqlite.connect(sqlite_path) as lite:
+            await lite.execute("CREATE TABLE bench_floor (id INTEGER PRIMARY KEY, k TEXT)")
+            await lite.commit()
+        return
+    ws = WriteSafe(args.database_url, schema=schema, auto_migrate=True)
+    await ws.start()
+    await ws.close()
+    connection = await asyncpg.connect(asyncpg_dsn(args.database_url))
+    try:
+        await connection.execute(
+            f'CREATE TABLE "{schema}".bench_floor (id bigserial PRIMARY KEY, k text)'
+        )
+    finally:
+        await connection.close()
+
+
+async def _isolated_run(args: argparse.Namespace) -> dict[str, Any]:
+    async with isolated("throughput", args.database_url, args.redis_url) as iso:
+        workdir = Path(__import__("tempfile").mkdtemp(prefix="bench-throughput-"))
+        sqlite_path = workdir / "ledger.db"
+        await _prepare(args, iso.schema, sqlite_path)
+        base = Job(
+            kind="guard",
+            backend=args.backend,
+            database_url=args.database_url,
+            redis_url=args.redis_url if args.backend == "pg+redis" else None,
+            schema=iso.schema,
+            redis_prefix=iso.redis_prefix,
+            sqlite_path=str(sqlite_path),
+            tag="t",
+            in_flight=1,
+            seconds=args.seconds,
+        )
+        rows = []
+        for processes in PROCESSES:
+            for in_flight in CONCURRENCY:
+                guard = await asyncio.to_thread(_run_config, base, processes, in_flight)
+                floor_job = Job(**{**base.__dict__, "kind": "floor"})
+                floor = await asyncio.to_thread(_run_config, floor_job, processes, in_flight)
+                rows.append(
+                    {
+                        "processes": processes,
+                        "in_flight": max(in_flight // processes, 1) * processes,
+                        "guard_ops_per_s": round(guard, 1),
+                        "floor_ops_per_s": round(floor, 1),
+                        "guard_vs_floor": round(guard / floor, 3),
+                    }
+                )
+    one_process = {r["in_flight"]: r["guard_ops_per_s"] for r in rows if r["processes"] == 1}
+    for row in rows:
+        if row["processes"] > 1 and row["in_flight"] in one_process:
+            row["scaling_vs_1_process"] = round(
+                row["guard_ops_per_s"] / one_process[row["in_flight"]], 2
+            )
+    return {"backend": args.backend, "seconds": args.seconds, "rows": rows}
+
+
+def _print(report: dict[str, Any]) -> None:
+    table = Table(title=f"throughput, {report['backend']}, first executions per second")
+    columns = ("processes", "in flight", "guarded/s", "floor/s", "guarded÷floor", "4 proc ÷ 1")
+    for column in columns:
+        table.add_column(column, justify="right")
+    for row in report["rows"]:
+        table.add_row(
+            str(row["processes"]),
+            str(row["in_flight"]),
+            f"{row['guard_ops_per_s']:,.0f}",
+            f"{row['floor_ops_per_s']:,.0f}",
+            f"{row['guard_vs_floor']:.2f}",
+            f"{row['scaling_vs_1_process']:.2f}x" if "scaling_vs_1_process" in row else "",
+        )
+    Console().print(table)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--seconds", type=float, default=3.0)
+    parser.add_argument("--backend", choices=["pg+redis", "pg", "embedded"], default="pg+redis")
+    parser.add_argument("--database-url", default=PG_URL)
+    parser.add_argument("--redis-url", default=REDIS_URL)
+    parser.add_argument("--json", action="store_true")
+    args = parser.parse_args()
+    report = asyncio.run(_isolated_run(args))
+    print(json.dumps(report, indent=2)) if args.json else _print(report)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,115 @@
+"""The seeded fault plan: what the shop does with each request, decided only by (seed, ref, n).
+
+A request's fault depends on the seed, the order's client reference and how many requests for that
+reference the shop has seen before, so a failing run replays with the same seed. Process-level
+faults (kills, restarts, stalls) come from the fault driver's own seeded generator; their timing
+against the requests is not reproducible, their kinds and order are.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from dataclasses import asdict, dataclass, field
+from enum import StrEnum
+
+
+class Fault(StrEnum):
+    """What the shop does with one order request."""
+
+    OK = "ok"
+    INPUT_INVALID = "input_invalid"  # 422 before writing
+    AUTH_REQUIRED = "auth_required"  # 401 before writing
+    DEPENDENCY_BUSY = "dependency_busy"  # 503 with Retry-After before writing
+    COMMIT_THEN_HANG = "commit_then_hang"  # writes, then answers after the client gave up
+    COMMIT_THEN_DROP = "commit_then_drop"  # writes, then breaks the connection mid-response
+    HANG_NO_COMMIT = "hang_no_commit"  # never writes, answers after the client gave up
+    COMMIT_LATE = "commit_late"  # writes after the client gave up, within the settle window
+
+
+class DriverFault(StrEnum):
+    """What the fault driver does to the processes and servers around the shop."""
+
+    KILL_WORKER = "kill_worker"  # SIGKILL a client worker mid-write (it is restarted)
+    RESTART_REDIS = "restart_redis"  # kill the run's own redis-server (data lost) and restart it
+    TERMINATE_PG = "terminate_pg"  # pg_terminate_backend on the run's own connections
+    STALL_SHOP = "stall_shop"  # SIGSTOP the shop, SIGCONT it shortly after
+
+
+@dataclass(frozen=True)
+class Timings:
+    """Seconds. The settle window is what makes `not found` conclusive: it must cover the latest
+    commit the plan can produce (a late commit, or a request held up by a stall), with margin
+    for a loaded machine."""
+
+    client_timeout: float = 0.5
+    hang: float = 1.5
+    late_commit: float = 1.0
+    max_stall: float = 0.8
+    settle_after: float = 4.0
+    lease_seconds: float = 2.0
+    retry_after_seconds: int = 1
+
+
+DEFAULT_WEIGHTS: dict[Fault, float] = {
+    Fault.OK: 0.70,
+    Fault.INPUT_INVALID: 0.04,
+    Fault.AUTH_REQUIRED: 0.04,
+    Fault.DEPENDENCY_BUSY: 0.04,
+    Fault.COMMIT_THEN_HANG: 0.05,
+    Fault.COMMIT_THEN_DROP: 0.05,
+    Fault.HANG_NO_COMMIT: 0.04,
+    Fault.COMMIT_LATE: 0.04,
+}
+
+
+@dataclass(frozen=True)
+class Plan:
+    """Seed, fault weights and timings; `lookup_broken_rate` of orders have a lookup that never
+    answers, the only case where the truth is undecidable and escalation is the right end."""
+
+    seed: int
+    weights: dict[Fault, float] = field(default_factory=lambda: dict(DEFAULT_WEIGHTS))
+    lookup_broken_rate: float = 0.01
+    timings: Timings = field(default_factory=Timings)
+
+    def fault(self, ref: str, n: int) -> Fault:
+        rng = random.Random(f"{self.seed}/{ref}/{n}")
+        kinds = list(self.weights)
+        return rng.choices(kinds, weights=[self.weights[k] for k in kinds])[0]
+
+    def lookup_broken(self, ref: str) -> bool:
+        return random.Random(f"{self.seed}/{ref}/lookup").random() < self.lookup_broken_rate
+
+    def describe(self) -> str:
+        weights = ", ".join(f"{k.value}={v:.2f}" for k, v in self.weights.items())
+        return (
+            f"seed={self.seed} weights: {weights}; lookup broken for "
+            f"{self.lookup_broken_rate:.0%} of orders; timings: {self.timings}"
+        )
+
+
+def order_refs(seed: int, orders: int) -> list[str]:
+    """The client references (and idempotency keys) of the run's logical orders."""
+    return [f"ord-{seed}-{n}" for n in range(orders)]
+
+
+def plan_to_json(plan: Plan) -> str:
+    return json.dumps(
+        {
+            "seed": plan.seed,
+            "weights": {k.value: v for k, v in plan.weights.items()},
+            "lookup_broken_rate": plan.lookup_broken_rate,
+            "timings": asdict(plan.timings),
+        }
+    )
+
+
+def plan_from_json(text: str) -> Plan:
+    data = json.loads(text)
+    return Plan(
+        seed=data["seed"],
+        weights={Fault(k): v for k, v in data["weights"].items()},
+        lookup_broken_rate=data["lookup_broken_rate"],
+        timings=Timings(**data["timings"]),
+    )

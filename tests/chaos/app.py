@@ -1,0 +1,71 @@
+"""The writesafe application under test: one guarded tool that submits orders to the chaos shop.
+
+Configured entirely from the environment (the harness sets it), so every process — client workers
+and `writesafe reconcile tests.chaos.app:ws --watch` workers — loads the same application:
+`WRITESAFE_*` for the stores, `CHAOS_SHOP_URL` for the shop and `CHAOS_PLAN` for the timings.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import httpx
+
+from idempotency import WriteSafe
+from reconciler import Found, LookupOperation, LookupResult, NotFound, ToolError, Unknown
+from tests.chaos._plan import Plan, plan_from_json
+
+PLAN = plan_from_json(os.environ["CHAOS_PLAN"]) if "CHAOS_PLAN" in os.environ else Plan(seed=0)
+TIMINGS = PLAN.timings
+SHOP_URL = os.environ.get("CHAOS_SHOP_URL", "http://127.0.0.1:8123")
+
+ws = WriteSafe()
+
+_clients: dict[int, httpx.AsyncClient] = {}
+
+
+def shop() -> httpx.AsyncClient:
+    """One HTTP client per process (each process runs one event loop)."""
+    client = _clients.get(os.getpid())
+    if client is None:
+        limits = httpx.Limits(max_connections=200, max_keepalive_connections=50)
+        client = _clients[os.getpid()] = httpx.AsyncClient(base_url=SHOP_URL, limits=limits)
+    return client
+
+
+async def find_order(op: LookupOperation) -> LookupResult:
+    """The lookup by client reference: the shop either has the order or it does not."""
+    response = await shop().get(f"/orders/{op.key}", timeout=2.0)
+    if response.status_code == 200:
+        return Found(response.json())
+    if response.status_code == 404:
+        return NotFound()
+    return Unknown(f"lookup answered {response.status_code}")
+
+
+@ws.tool(
+    "submit_order",
+    lookup=find_order,
+    timeout=TIMINGS.client_timeout,
+    settle_after=TIMINGS.settle_after,
+    max_executions=4,
+)
+async def submit_order(order: dict[str, Any], idempotency_key: str) -> dict[str, str]:
+    """Submit an order, forwarding the idempotency key as the shop's client reference."""
+    response = await shop().post(
+        "/orders", json={**order, "ref": idempotency_key}, timeout=TIMINGS.client_timeout * 4
+    )
+    if response.status_code == 201:
+        created: dict[str, str] = response.json()
+        return created
+    if response.status_code == 422:
+        body = response.json()
+        raise ToolError("INPUT_INVALID", body.get("message", ""), field=body.get("field"))
+    if response.status_code == 401:
+        raise ToolError("AUTH_REQUIRED", "the shop wants a fresh token")
+    if response.status_code == 503 and "retry-after" in response.headers:
+        delay = int(response.headers["retry-after"]) * 1000
+        raise ToolError("DEPENDENCY_BUSY", "the shop is busy", retry_after_ms=delay)
+    # Anything else is not understood: fail closed (UNKNOWN_ERROR, side effects unknown).
+    raise RuntimeError(f"unexpected answer from the shop: {response.status_code}")

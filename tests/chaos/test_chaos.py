@@ -1,0 +1,79 @@
+"""The chaos run in the normal suite (short), and the checker's ability to see each violation."""
+
+from __future__ import annotations
+
+import asyncio
+from collections import Counter
+
+import pytest
+
+from ledger import Status
+from tests.chaos._checker import VIOLATIONS, LedgerRow, check
+from tests.chaos._harness import run_chaos
+from tests.chaos._plan import DriverFault, Fault, Plan
+
+SEED = 20261129
+
+
+@pytest.mark.slow
+@pytest.mark.postgres
+def test_a_short_chaos_run_keeps_every_invariant() -> None:
+    report = asyncio.run(run_chaos(orders=300, workers=3, seed=SEED, log=lambda *_: None))
+    verdict = report.verdict
+    broken = {k: v for k, v in verdict.violations.items() if v}
+    assert broken == {}, report.run_dir
+    # Every fault kind was really exercised, so the invariants were tested against all of them.
+    assert set(verdict.shop_faults) == {f.value for f in Fault}
+    assert set(report.driver_faults) == {f.value for f in DriverFault}
+    assert report.operations == 300
+    assert verdict.reconciled > 0
+
+
+def _row(key: str, status: Status, order_id: str | None = None) -> LedgerRow:
+    result = None if order_id is None else f'{{"order_id": "{order_id}", "ref": "{key}"}}'
+    return LedgerRow(key, status, result, looked_up=False)
+
+
+def _final(ref: str, kind: str = "result") -> dict[str, object]:
+    return {"ref": ref, "kind": "final", "final": kind}
+
+
+def test_the_checker_reports_each_kind_of_violation() -> None:
+    plan = Plan(seed=1, lookup_broken_rate=0.0)
+    refs = [f"r{n}" for n in range(9)]
+    orders = {"r0": ["o1", "o2"], "r1": ["o3"], "r3": ["o4"], "r4": ["o5"], "r7": ["o6"]}
+    ledger = {
+        "r0": _row("r0", Status.SUCCEEDED, "o1"),  # two effects: a duplicate
+        "r1": _row("r1", Status.FAILED),  # an effect the ledger calls failed: lost
+        "r2": _row("r2", Status.SUCCEEDED, "o9"),  # success without an effect: phantom
+        "r3": _row("r3", Status.SUCCEEDED, "o9"),  # success naming another order
+        "r4": _row("r4", Status.OUTCOME_UNKNOWN),  # never resolved
+        "r5": _row("r5", Status.NEEDS_ATTENTION),  # escalated though the lookup worked
+        "r6": _row("r6", Status.FAILED),
+        "r7": _row("r7", Status.SUCCEEDED, "o6"),
+    }
+    journal = [_final(ref) for ref in refs if ref != "r8"] + [
+        {"ref": "r6", "kind": "untyped", "error": "KeyError()"},
+        {"ref": "r7", "kind": "result", "result": {"order_id": "o5"}},
+    ]
+    verdict = check(plan, refs, orders, Counter(), ledger, journal)
+    assert verdict.violations == {
+        "duplicates": ["r0"],
+        "lost": ["r1"],
+        "phantom": ["r2"],
+        "wrong_result": ["r3"],
+        "unresolved": ["r4"],
+        "unexpected_escalation": ["r5"],
+        "untyped": ["r6"],
+        "unanswered": ["r8"],
+        "caller_wrong_result": ["r7"],
+    }
+    assert set(verdict.violations) == set(VIOLATIONS)
+
+
+def test_an_escalation_is_allowed_where_the_lookup_cannot_answer() -> None:
+    plan = Plan(seed=1, lookup_broken_rate=1.0)
+    ledger = {"r0": _row("r0", Status.NEEDS_ATTENTION)}
+    verdict = check(plan, ["r0"], {"r0": ["o1"]}, Counter(), ledger, [_final("r0", "envelope")])
+    assert verdict.ok
+    assert verdict.escalated == 1
