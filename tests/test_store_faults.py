@@ -15,6 +15,21 @@ from ledger import ManualClock
 from tests.conftest import PG_URL, MakeWriteSafe
 
 
+async def _hide_ledger(ws: WriteSafe) -> None:
+    """A real store fault: every ledger statement on operations fails until restored."""
+    async with ws.ledger.engine.begin() as connection:
+        await connection.execute(
+            text("ALTER TABLE writesafe_operations RENAME TO writesafe_operations_away")
+        )
+
+
+async def _restore_ledger(ws: WriteSafe) -> None:
+    async with ws.ledger.engine.begin() as connection:
+        await connection.execute(
+            text("ALTER TABLE writesafe_operations_away RENAME TO writesafe_operations")
+        )
+
+
 async def test_unreachable_ledger_means_the_write_never_starts() -> None:
     ws = WriteSafe("postgresql+asyncpg://postgres@127.0.0.1:1/test", auto_migrate=True)
     executions = 0
@@ -47,36 +62,16 @@ async def test_ledger_lost_between_start_and_claim_fails_closed(make_ws: MakeWri
         return n
 
     await submit(1, idempotency_key="warm-up")
-    async with ws.ledger.engine.begin() as connection:
-        await connection.execute(
-            text("ALTER TABLE writesafe_operations RENAME TO writesafe_operations_away")
-        )
+    await _hide_ledger(ws)
     try:
         with pytest.raises(WriteSafeError) as unavailable:
             await submit(2, idempotency_key="k")
     finally:
-        async with ws.ledger.engine.begin() as connection:
-            await connection.execute(
-                text("ALTER TABLE writesafe_operations_away RENAME TO writesafe_operations")
-            )
+        await _restore_ledger(ws)
     assert unavailable.value.envelope.code == "TEMP_UNAVAILABLE"
     assert unavailable.value.envelope.side_effects == "none"
     assert executions == 1
     assert await ws.status("k") is None
-
-
-async def _hide_ledger(ws: WriteSafe) -> None:
-    async with ws.ledger.engine.begin() as connection:
-        await connection.execute(
-            text("ALTER TABLE writesafe_operations RENAME TO writesafe_operations_away")
-        )
-
-
-async def _restore_ledger(ws: WriteSafe) -> None:
-    async with ws.ledger.engine.begin() as connection:
-        await connection.execute(
-            text("ALTER TABLE writesafe_operations_away RENAME TO writesafe_operations")
-        )
 
 
 async def test_ledger_lost_after_the_effect_is_outcome_unknown_not_a_retry_invitation(
