@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import select as io_select
 import signal
 import subprocess
 import sys
@@ -16,7 +17,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import pytest
 from sqlalchemy import func, insert, select
@@ -391,3 +392,38 @@ async def _seed_needs_attention(deployment: Deployment, key: str) -> None:
             )
     finally:
         await ledger.close()
+
+
+@pytest.mark.parametrize("backend", [pytest.param("postgres", marks=pytest.mark.postgres)])
+def test_a_watching_reconciler_outlives_a_ledger_outage(deployment: Deployment) -> None:
+    """With the ledger's table gone for a while, `--watch` keeps trying instead of exiting."""
+
+    async def execute(statement: str) -> None:
+        ledger = deployment.ledger()
+        try:
+            async with ledger.engine.begin() as connection:
+                await connection.exec_driver_sql(statement)
+        finally:
+            await ledger.close()
+
+    run_sync(execute("ALTER TABLE writesafe_operations RENAME TO writesafe_operations_away"))
+    worker = deployment.spawn(
+        str(WRITESAFE), "reconcile", "tests.apps.shop_app:ws", "--watch", "--interval", "0.1"
+    )
+    try:
+        assert worker.stderr is not None
+        first = _line_within(worker.stderr, 60)  # the first failed pass
+        assert "ledger unavailable" in first, first
+        time.sleep(2)  # a few more failed passes
+        assert worker.poll() is None, worker.communicate()
+    finally:
+        run_sync(execute("ALTER TABLE writesafe_operations_away RENAME TO writesafe_operations"))
+    worker.send_signal(signal.SIGTERM)
+    _, stderr = worker.communicate(timeout=60)
+    assert worker.returncode == 0, stderr
+
+
+def _line_within(stream: IO[str], seconds: float) -> str:
+    """The next line of a child's output, or "" if none comes in time."""
+    ready, _, _ = io_select.select([stream], [], [], seconds)
+    return stream.readline() if ready else ""
