@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import functools
-from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
@@ -109,6 +108,3 @@ class Tool(Generic[R]):
             fingerprint=digest,
             auth_hash=auth_hash(auth_context),
         )
-
-
-ToolFunction = Callable[..., Awaitable[R]]

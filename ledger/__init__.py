@@ -20,7 +20,6 @@ from ledger._migrations import LedgerNotMigrated, head_revision
 from ledger._models import ApiKey, Attempt, Base, Operation
 from ledger._records import AttemptKind, AttemptRecord, OperationRecord
 from ledger._states import (
-    FINAL_STATES,
     TRANSITIONS,
     IllegalTransition,
     Status,
@@ -29,7 +28,6 @@ from ledger._states import (
 
 __all__ = [
     "DEFAULT_DATABASE_URL",
-    "FINAL_STATES",
     "LEASE_EXPIRED",
     "TRANSITIONS",
     "ApiKey",
