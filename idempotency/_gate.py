@@ -61,8 +61,7 @@ async def replay_gate(
         )
     spec = call.tool.lookup_spec()
     if spec.lookup is None:
-        if operation.error is not None and operation.last_code != Code.OUTCOME_UNKNOWN:
-            # A code of its own (e.g. UNKNOWN_ERROR → handoff) tells the caller more.
+        if operation.error is not None:  # the answer the operation ended with
             stored = ErrorEnvelope.model_validate_json(operation.error)
             raise WriteSafeError(stored.with_operation(operation_info(operation)))
         raise _unknown(
