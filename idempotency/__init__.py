@@ -8,13 +8,22 @@ ws = WriteSafe()
 async def submit_order(order: dict) -> dict: ...
 
 await submit_order({"sku": "A1"}, idempotency_key="ord-7")
+
+Integrations: `idempotent_route` guards your FastAPI endpoints by their `Idempotency-Key` header
+(`add_problem_handlers` answers FastAPI's own errors alike); `add_mcp_tool` serves a tool to
+agents on an `MCPServer`.
 """
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
 
 from idempotency._context import OperationContext, current_operation
 from idempotency._errors import WriteSafeError
 from idempotency._keys import DEFAULT_SCOPE, MAX_KEY_LENGTH
 from idempotency._settings import WriteSafeSettings
-from idempotency._tool import Tool
+from idempotency._tool import Invocation, Tool
 from idempotency._writesafe import WriteSafe
 from ledger import Status
 from reconciler import (
@@ -31,11 +40,26 @@ from reconciler import (
     Unknown,
 )
 
+if TYPE_CHECKING:
+    from idempotency._fastapi import REPLAYED_HEADER, idempotent_route
+    from idempotency._http_errors import add_problem_handlers
+    from idempotency._mcp import add_mcp_tool
+
+# The integrations import FastAPI and the MCP SDK (most of a second together): only on first use.
+_INTEGRATIONS = {
+    "REPLAYED_HEADER": "idempotency._fastapi",
+    "idempotent_route": "idempotency._fastapi",
+    "add_problem_handlers": "idempotency._http_errors",
+    "add_mcp_tool": "idempotency._mcp",
+}
+
 __all__ = [
     "DEFAULT_SCOPE",
     "MAX_KEY_LENGTH",
+    "REPLAYED_HEADER",
     "ErrorEnvelope",
     "Found",
+    "Invocation",
     "LookupOperation",
     "NotFound",
     "OperationContext",
@@ -51,5 +75,15 @@ __all__ = [
     "WriteSafe",
     "WriteSafeError",
     "WriteSafeSettings",
+    "add_mcp_tool",
+    "add_problem_handlers",
     "current_operation",
+    "idempotent_route",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    module = _INTEGRATIONS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'idempotency' has no attribute {name!r}")
+    return getattr(importlib.import_module(module), name)

@@ -17,6 +17,7 @@ from ledger import AttemptKind, Intent, Ledger, OperationRecord, Status, dumps_j
 from reconciler import (
     Code,
     CodeRegistry,
+    ErrorEnvelope,
     LookupOutcome,
     after_absence,
     operation_info,
@@ -29,10 +30,10 @@ _ASK_AGAIN_MS = 1_000
 
 @dataclass(frozen=True, slots=True)
 class Reconciled:
-    """The lookup found the effect: return `value` (decoded from `encoded`, as a replay would)."""
+    """The lookup found the effect: return `value`, decoded as a replay would be."""
 
     value: Any
-    encoded: str
+    operation: OperationRecord
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,6 +61,9 @@ async def replay_gate(
         )
     spec = call.tool.lookup_spec()
     if spec.lookup is None:
+        if operation.error is not None:  # the answer the operation ended with
+            stored = ErrorEnvelope.model_validate_json(operation.error)
+            raise WriteSafeError(stored.with_operation(operation_info(operation)))
         raise _unknown(
             codes,
             operation,
@@ -79,7 +83,7 @@ async def replay_gate(
         )
         if found is None:
             return None
-        return Reconciled(call.tool.codec.decode(check.result), check.result)
+        return Reconciled(call.tool.codec.decode(check.result), found)
     if check.outcome is LookupOutcome.NOT_FOUND:
         absence = after_absence(operation, codes)
         if absence.continues:

@@ -38,7 +38,16 @@ from idempotency._metrics import (
     RETRIES_THROTTLED,
 )
 from idempotency._spec import GuardedCall
-from ledger import Claim, Intent, Ledger, OperationRecord, Outcome, Status, dumps_json
+from ledger import (
+    Claim,
+    Intent,
+    Ledger,
+    OperationRecord,
+    Outcome,
+    Status,
+    dumps_json,
+    loads_json,
+)
 from reconciler import (
     Classification,
     Code,
@@ -46,6 +55,7 @@ from reconciler import (
     Continuation,
     ErrorEnvelope,
     FailedOperation,
+    OperationInfo,
     RetrySignal,
     SideEffects,
     decide_continuation,
@@ -75,7 +85,7 @@ class GuardSettings:
 class _Answer:
     value: Any
     kind: str  # "executed", "replayed" or "reconciled", for metrics
-    cache: str | None  # the result JSON the key store may cache
+    succeeded: OperationRecord | None  # the ledger row the key store may cache
 
 
 class _Retryable(RetrySignal):
@@ -106,17 +116,23 @@ class Guard:
         self.keystore = keystore
         self.codes = codes
         self.settings = settings
-        # In-process single flight: same-key calls in this process wait on the first one's
-        # future instead of polling the stores.
-        self._local: dict[tuple[str, str], asyncio.Future[None]] = {}
+        # In-process single flight: same-key, same-payload calls in this process wait on the
+        # first one's future instead of polling the stores.
+        self._local: dict[tuple[str, str], tuple[str, asyncio.Future[None]]] = {}
 
     async def call(self, call: GuardedCall) -> Any:
+        value, _ = await self.run(call)
+        return value
+
+    async def run(self, call: GuardedCall) -> tuple[Any, bool]:
+        """The call's result, and whether it was replayed rather than executed by this call
+        (integrations tell their callers, e.g. HTTP `Idempotent-Replayed: true`)."""
         started = time.perf_counter()
         answer = "error"
         try:
             result = await self._call(call)
             answer = result.kind
-            return result.value
+            return result.value, result.kind != "executed"
         except WriteSafeError as error:
             answer = error.code
             raise
@@ -128,19 +144,23 @@ class Guard:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + call.tool.wait_timeout
         slot = (call.scope, call.key)
-        leader = self._local.get(slot)
-        if leader is not None:
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(asyncio.shield(leader), deadline - loop.time())
-            if not leader.done():
-                raise self._in_progress(call, None)
+        local = self._local.get(slot)
+        if local is not None:
+            fingerprint, leader = local
+            if fingerprint == call.fingerprint:
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(asyncio.shield(leader), deadline - loop.time())
+                if not leader.done():
+                    raise self._in_progress(call, None)
+            # A different payload does not wait: the stores answer it (KEY_REUSED, or a
+            # continuation once the first call has failed).
             return await self._lead(call, deadline)
         done: asyncio.Future[None] = loop.create_future()
-        self._local[slot] = done
+        self._local[slot] = (call.fingerprint, done)
         try:
             return await self._lead(call, deadline)
         finally:
-            if self._local.get(slot) is done:
+            if self._local.get(slot, (None, None))[1] is done:
                 del self._local[slot]
             done.set_result(None)
 
@@ -160,29 +180,35 @@ class Guard:
 
     async def _attempt(self, call: GuardedCall) -> _Answer | _Busy:
         owner = uuid.uuid4().hex
+        # The Redis lease token names the payload too, so a busy lease tells a duplicate from a
+        # different payload that the ledger must judge (KEY_REUSED or a continuation).
+        token = f"{owner}/{call.fingerprint}"
         holds_store_lease = False
         answer: _Answer | _Busy | None = None
         if self.keystore is not None:
             store = await self.keystore.claim(
-                call.scope, call.key, owner, self.settings.lease_seconds
+                call.scope, call.key, token, self.settings.lease_seconds
             )
             if store.state is LeaseState.CACHED:
-                assert store.cached is not None
-                return self._replay_cached(call, store.cached)
-            if store.state is LeaseState.BUSY:
+                assert store.value is not None
+                return self._replay_cached(call, store.value)
+            if store.state is LeaseState.BUSY and _same_payload(store.value, call.fingerprint):
                 return _Busy(_MIN_RETRY_AFTER_MS)
             holds_store_lease = store.state is LeaseState.ACQUIRED
         try:
             claim = await self._claim(call, owner)
-            answer = await self._proceed(call, claim, owner)
+            try:
+                answer = await self._proceed(call, claim, owner)
+            except LEDGER_ERRORS as error:
+                raise self._ledger_lost(call, claim.operation) from error
             return answer
         finally:
             if holds_store_lease:
                 assert self.keystore is not None
                 cache = None
-                if isinstance(answer, _Answer) and answer.cache is not None:
-                    cache = f"{call.fingerprint}\n{answer.cache}"
-                await self.keystore.finish(call.scope, call.key, owner, cache)
+                if isinstance(answer, _Answer) and answer.succeeded is not None:
+                    cache = _cache_entry(answer.succeeded)
+                await self.keystore.finish(call.scope, call.key, token, cache)
 
     async def _claim(self, call: GuardedCall, owner: str) -> Claim:
         intent = self._intent(call, owner)
@@ -229,13 +255,13 @@ class Guard:
         same_payload = operation.fingerprint == call.fingerprint
         if operation.status is Status.SUCCEEDED:
             if not same_payload:
-                raise self._key_reused(call, operation)
+                raise self._key_reused(call, operation.tool, operation_info(operation))
             assert operation.result is not None
-            return _Answer(call.tool.codec.decode(operation.result), "replayed", operation.result)
+            return _Answer(call.tool.codec.decode(operation.result), "replayed", operation)
         if operation.status is Status.FAILED:
             return await self._continue_failed(call, operation, owner)
         if not same_payload:
-            raise self._key_reused(call, operation)
+            raise self._key_reused(call, operation.tool, operation_info(operation))
         if operation.status is Status.IN_FLIGHT:
             now = self.ledger.clock.now()
             if not operation.lease_expired(now):
@@ -253,7 +279,7 @@ class Guard:
             return _Busy(0)
         if isinstance(decision, Resumed):
             return await self._execute(call, decision.operation, owner)
-        return _Answer(decision.value, "reconciled", decision.encoded)
+        return _Answer(decision.value, "reconciled", decision.operation)
 
     async def _continue_failed(
         self, call: GuardedCall, operation: OperationRecord, owner: str
@@ -275,7 +301,7 @@ class Guard:
             codes=self.codes,
         )
         if decision is Continuation.KEY_REUSED:
-            raise self._key_reused(call, operation)
+            raise self._key_reused(call, operation.tool, operation_info(operation))
         if decision is Continuation.STORED_FAILURE:
             envelope = stored or self.codes.envelope(Code.UNKNOWN_ERROR, "failed")
             raise WriteSafeError(envelope.with_operation(operation_info(operation)))
@@ -335,7 +361,7 @@ class Guard:
             )
             if recorded is None:
                 raise self._unrecorded(call, operation)
-            return _Answer(value, "executed", encoded)
+            return _Answer(value, "executed", recorded)
         finally:
             reset_current(token)
 
@@ -481,24 +507,24 @@ class Guard:
             return Classification(envelope, exception_evidence(broken))
 
     def _replay_cached(self, call: GuardedCall, cached: str) -> _Answer:
-        fingerprint, _, result = cached.partition("\n")
-        if fingerprint != call.fingerprint:
-            raise WriteSafeError(
-                self.codes.envelope(
-                    Code.KEY_REUSED,
-                    "this key was already used with a different payload",
-                    field="idempotency_key",
-                )
+        entry = loads_json(cached)
+        if entry["fingerprint"] != call.fingerprint:
+            info = OperationInfo(
+                key=call.key,
+                status=Status.SUCCEEDED.value,
+                attempt=entry["executions"],
+                attempts_left=max(entry["max_executions"] - entry["executions"], 0),
             )
-        return _Answer(call.tool.codec.decode(result), "replayed", None)
+            raise self._key_reused(call, entry["tool"], info)
+        return _Answer(call.tool.codec.decode(entry["result"]), "replayed", None)
 
-    def _key_reused(self, call: GuardedCall, operation: OperationRecord) -> WriteSafeError:
+    def _key_reused(self, call: GuardedCall, tool: str, info: OperationInfo) -> WriteSafeError:
         return WriteSafeError(
             self.codes.envelope(
                 Code.KEY_REUSED,
-                f"key {call.key!r} was already used for a different payload of {operation.tool}",
+                f"key {call.key!r} was already used for a different payload of {tool}",
                 field="idempotency_key",
-                operation=operation_info(operation),
+                operation=info,
             )
         )
 
@@ -508,6 +534,32 @@ class Guard:
                 Code.IN_PROGRESS,
                 f"another call with key {call.key!r} is executing",
                 retry_after_ms=retry_after_ms or 1_000,
+            )
+        )
+
+    def _ledger_lost(self, call: GuardedCall, operation: OperationRecord) -> WriteSafeError:
+        """The ledger failed while deciding about an existing operation; this call wrote nothing.
+
+        What the caller may assume is what the operation already was: a failed one proved no
+        effect, anything else may still have one.
+        """
+        logger.warning("ledger unavailable while deciding %s/%s", call.scope, call.key)
+        if operation.status is Status.FAILED:
+            return WriteSafeError(
+                self.codes.envelope(
+                    Code.TEMP_UNAVAILABLE,
+                    "the ledger is unavailable; the write was not started",
+                    retry_after_ms=1_000,
+                    side_effects=SideEffects.NONE,
+                    operation=operation_info(operation),
+                )
+            )
+        return WriteSafeError(
+            self.codes.envelope(
+                Code.OUTCOME_UNKNOWN,
+                "the ledger is unavailable; an earlier execution may have been applied",
+                retry_after_ms=1_000,
+                operation=operation_info(operation),
             )
         )
 
@@ -523,6 +575,23 @@ class Guard:
 
 def _stored_envelope(operation: OperationRecord) -> ErrorEnvelope | None:
     return None if operation.error is None else ErrorEnvelope.model_validate_json(operation.error)
+
+
+def _same_payload(lease_token: str | None, fingerprint: str) -> bool:
+    return lease_token is None or lease_token.endswith(f"/{fingerprint}")
+
+
+def _cache_entry(operation: OperationRecord) -> str:
+    """What Redis keeps of a succeeded operation: enough to replay it or refuse a reuse."""
+    return dumps_json(
+        {
+            "fingerprint": operation.fingerprint,
+            "tool": operation.tool,
+            "result": operation.result,
+            "executions": operation.executions,
+            "max_executions": operation.max_executions,
+        }
+    )
 
 
 def _failure_outcome(classification: Classification) -> Outcome:

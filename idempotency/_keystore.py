@@ -23,12 +23,12 @@ from idempotency._metrics import STORE_DEGRADED
 logger = logging.getLogger("writesafe")
 T = TypeVar("T")
 
-# KEYS: lease, outcome. ARGV: owner, lease ms. → {1, cached} | {2} acquired | {3} busy
+# KEYS: lease, outcome. ARGV: owner, lease ms. → {1, cached} | {2} acquired | {3, holder} busy
 _CLAIM = """
 local cached = redis.call('GET', KEYS[2])
 if cached then return {1, cached} end
 if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then return {2} end
-return {3}
+return {3, redis.call('GET', KEYS[1]) or ''}
 """
 # KEYS: lease, outcome. ARGV: owner, cached value ('' for none), outcome ttl ms.
 _FINISH = """
@@ -52,8 +52,10 @@ class LeaseState(Enum):
 
 @dataclass(frozen=True, slots=True)
 class StoreClaim:
+    """The key store's answer: the cached outcome, or the lease holder's token when busy."""
+
     state: LeaseState
-    cached: str | None = None
+    value: str | None = None
 
 
 _UNAVAILABLE = StoreClaim(LeaseState.UNAVAILABLE)
@@ -100,8 +102,7 @@ class RedisKeyStore:
         if reply is None:
             return _UNAVAILABLE
         state = LeaseState(int(reply[0]))
-        cached = reply[1].decode() if state is LeaseState.CACHED else None
-        return StoreClaim(state, cached)
+        return StoreClaim(state, reply[1].decode() if len(reply) > 1 else None)
 
     async def cached(self, scope: str, key: str) -> str | None:
         value = await self._guarded("get", lambda: self.redis.get(self.keys(scope, key)[1]))

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import functools
-from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from idempotency._arguments import auth_hash, bind, derive_key, fingerprint
@@ -15,6 +15,18 @@ if TYPE_CHECKING:
     from idempotency._writesafe import WriteSafe
 
 R = TypeVar("R")
+
+DERIVED_KEY_PREFIX = "call:"
+
+
+@dataclass(frozen=True, slots=True)
+class Invocation(Generic[R]):
+    """What one guarded call answered: the result, and whether an earlier execution's result was
+    replayed instead of executing the write in this call."""
+
+    value: R
+    replayed: bool
+    key: str
 
 
 class Tool(Generic[R]):
@@ -42,6 +54,26 @@ class Tool(Generic[R]):
         result: R = await guard.call(call)
         return result
 
+    async def invoke(
+        self,
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+        *,
+        key: str | None,
+        scope: str = DEFAULT_SCOPE,
+        auth_context: object = None,
+        key_from_arguments: bool = False,
+    ) -> Invocation[R]:
+        """Like calling the tool, for integrations that must tell their caller about replays.
+
+        `key_from_arguments`: without a key (and without a `key=` function), use the call's own
+        fingerprint, so identical calls are one operation (see `prepare`).
+        """
+        guard = await self._owner.guard()
+        call = self.prepare(args, kwargs, key, scope, auth_context, key_from_arguments)
+        value, replayed = await guard.run(call)
+        return Invocation(value, replayed, call.key)
+
     def prepare(
         self,
         args: tuple[Any, ...],
@@ -49,12 +81,20 @@ class Tool(Generic[R]):
         idempotency_key: str | None,
         scope: str,
         auth_context: object,
+        key_from_arguments: bool = False,
     ) -> GuardedCall:
-        """Validate and fingerprint a call without running it."""
+        """Validate and fingerprint a call without running it.
+
+        The key is `idempotency_key`, else the tool's `key=` function of the arguments, else (with
+        `key_from_arguments`) `call:` + the fingerprint of the tool name and canonical arguments.
+        """
         bound = bind(self.spec.signature, args, kwargs)
+        digest = fingerprint(self.spec.name, bound.arguments_json)
         key: object = idempotency_key
         if key is None and self.spec.key_function is not None:
             key = derive_key(self.spec.key_function, bound)
+        if key is None and key_from_arguments:
+            key = DERIVED_KEY_PREFIX + digest
         if key is None:
             raise invalid_input(
                 "idempotency_key",
@@ -65,9 +105,6 @@ class Tool(Generic[R]):
             scope=validate_key(scope, "scope"),
             key=validate_key(key),
             bound=bound,
-            fingerprint=fingerprint(self.spec.name, bound.arguments_json),
+            fingerprint=digest,
             auth_hash=auth_hash(auth_context),
         )
-
-
-ToolFunction = Callable[..., Awaitable[R]]

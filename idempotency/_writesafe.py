@@ -83,6 +83,7 @@ class WriteSafe:
             schema=self.settings.db_schema,
             clock=clock,
             connect_timeout=self.settings.connect_timeout,
+            pool_size=self.settings.pool_size,
         )
         self.keystore = (
             RedisKeyStore(
@@ -120,18 +121,19 @@ class WriteSafe:
         key: Callable[..., object] | None = None,
         settle_after: float = 5.0,
         wait_timeout: float | None = None,
+        lookup_timeout: float = DEFAULT_LOOKUP_TIMEOUT,
         retry: RetryPolicy = DEFAULT_RETRY_POLICY,
         dependency: str | None = None,
-        lookup_timeout: float = DEFAULT_LOOKUP_TIMEOUT,
     ) -> Callable[[Callable[..., Awaitable[R]]], Tool[R]]:
-        """Register an async write as a guarded tool named `name` (the name is part of the
-        fingerprint and of every ledger row, so keep it stable).
+        """Register an async write as a guarded tool named `name`.
+
+        The name is part of the fingerprint and of every ledger row, so keep it stable. Tools
+        naming the same `dependency` (default: the tool's name) share one retry budget.
 
         `lookup(op)` answers whether an operation's effect exists downstream (`Found(result)`,
         `NotFound()`, `Unknown(reason)`), within `lookup_timeout` seconds; a `NotFound` counts only
         once `settle_after` seconds have passed since the execution was sent. Without a lookup an
-        unknown outcome is never replayed: reconciliation escalates it to an operator. Tools
-        naming the same `dependency` (default: the tool's name) share one retry budget.
+        unknown outcome is never replayed: reconciliation escalates it to an operator.
         """
         validate_key(name, "name")
         if name in self._tools:

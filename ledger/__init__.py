@@ -3,15 +3,23 @@
 The ledger is the source of truth of writesafe. It imports neither `idempotency` nor `reconciler`.
 """
 
+from ledger._api_keys import ApiKeyRecord, ApiKeys, Role
 from ledger._clock import Clock, ManualClock, SystemClock
 from ledger._engine import DEFAULT_DATABASE_URL, UnsupportedDatabase, create_engine
 from ledger._json import canonical_json, dumps_json, loads_json
-from ledger._ledger import LEASE_EXPIRED, Claim, DueBatch, Intent, Ledger, Outcome
+from ledger._ledger import (
+    LEASE_EXPIRED,
+    Claim,
+    DueBatch,
+    Intent,
+    Ledger,
+    Outcome,
+    Settlement,
+)
 from ledger._migrations import LedgerNotMigrated, head_revision
-from ledger._models import Attempt, Base, Operation
+from ledger._models import ApiKey, Attempt, Base, Operation
 from ledger._records import AttemptKind, AttemptRecord, OperationRecord
 from ledger._states import (
-    FINAL_STATES,
     TRANSITIONS,
     IllegalTransition,
     Status,
@@ -20,9 +28,11 @@ from ledger._states import (
 
 __all__ = [
     "DEFAULT_DATABASE_URL",
-    "FINAL_STATES",
     "LEASE_EXPIRED",
     "TRANSITIONS",
+    "ApiKey",
+    "ApiKeyRecord",
+    "ApiKeys",
     "Attempt",
     "AttemptKind",
     "AttemptRecord",
@@ -38,6 +48,8 @@ __all__ = [
     "Operation",
     "OperationRecord",
     "Outcome",
+    "Role",
+    "Settlement",
     "Status",
     "SystemClock",
     "UnsupportedDatabase",

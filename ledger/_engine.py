@@ -24,6 +24,7 @@ def create_engine(
     schema: str | None = None,
     connect_timeout: float = 5.0,
     statement_timeout: float = 10.0,
+    pool_size: int = 10,
 ) -> AsyncEngine:
     """Create the ledger's engine; `schema` (PostgreSQL only) isolates the ledger's tables."""
     parsed = make_url(url)
@@ -36,12 +37,12 @@ def create_engine(
     if parsed.get_backend_name() == "postgresql":
         if parsed.get_driver_name() != "asyncpg":
             raise UnsupportedDatabase("use the async PostgreSQL driver: postgresql+asyncpg://…")
-        return _postgres_engine(parsed, schema, connect_timeout, statement_timeout)
+        return _postgres_engine(parsed, schema, connect_timeout, statement_timeout, pool_size)
     raise UnsupportedDatabase(f"unsupported ledger backend {parsed.get_backend_name()!r}")
 
 
 def _postgres_engine(
-    url: URL, schema: str | None, connect_timeout: float, statement_timeout: float
+    url: URL, schema: str | None, connect_timeout: float, statement_timeout: float, pool_size: int
 ) -> AsyncEngine:
     connect_args: dict[str, Any] = {
         "timeout": connect_timeout,
@@ -49,7 +50,11 @@ def _postgres_engine(
     }
     if schema is not None:
         connect_args["server_settings"] = {"search_path": schema}
-    return create_async_engine(url, connect_args=connect_args, pool_size=10, max_overflow=20)
+    # Calls beyond the pool queue for a connection rather than opening more: PostgreSQL's
+    # connection limit is shared by every worker.
+    return create_async_engine(
+        url, connect_args=connect_args, pool_size=pool_size, max_overflow=pool_size
+    )
 
 
 def _sqlite_engine(url: URL) -> AsyncEngine:

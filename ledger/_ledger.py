@@ -7,12 +7,26 @@ over therefore changes nothing: it sees `False` and must not claim the outcome i
 
 from __future__ import annotations
 
+import builtins
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any, cast
 
-from sqlalchemy import ColumnElement, Select, Table, func, insert, select, update
+from sqlalchemy import (
+    ColumnElement,
+    Select,
+    Table,
+    and_,
+    column,
+    func,
+    insert,
+    or_,
+    select,
+    update,
+    values,
+)
+from sqlalchemy import cast as sql_cast
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import URL
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
@@ -90,8 +104,12 @@ class Ledger:
         schema: str | None = None,
         clock: Clock | None = None,
         connect_timeout: float = 5.0,
+        pool_size: int = 10,
     ) -> Ledger:
-        return cls(create_engine(url, schema=schema, connect_timeout=connect_timeout), clock)
+        engine = create_engine(
+            url, schema=schema, connect_timeout=connect_timeout, pool_size=pool_size
+        )
+        return cls(engine, clock)
 
     @property
     def is_sqlite(self) -> bool:
@@ -128,9 +146,15 @@ class Ledger:
         statuses: Sequence[Status] | None = None,
         tool: str | None = None,
         scope: str | None = None,
+        updated_before: datetime | None = None,
+        after: tuple[datetime, int] | None = None,
         limit: int = 100,
     ) -> list[OperationRecord]:
-        """Operations by status/tool/scope, oldest change first (served by the status indexes)."""
+        """Operations by status/tool/scope/age, oldest change first (served by the status indexes).
+
+        Keyset pagination: pass the `(updated_at, id)` of the last row seen as `after` to get the
+        rows that follow it; unlike an offset, a page stays correct while rows are added.
+        """
         query = select(operations).order_by(operations.c.updated_at, operations.c.id).limit(limit)
         if statuses:
             query = query.where(operations.c.status.in_([s.value for s in statuses]))
@@ -138,9 +162,35 @@ class Ledger:
             query = query.where(operations.c.tool == tool)
         if scope is not None:
             query = query.where(operations.c.scope == scope)
+        if updated_before is not None:
+            query = query.where(operations.c.updated_at <= updated_before)
+        if after is not None:
+            updated_at, last_id = after
+            query = query.where(
+                or_(
+                    operations.c.updated_at > updated_at,
+                    and_(operations.c.updated_at == updated_at, operations.c.id > last_id),
+                )
+            )
         async with self.engine.connect() as conn:
             rows = (await conn.execute(query)).mappings().all()
         return [OperationRecord.from_row(row) for row in rows]
+
+    async def count_by_status(self, statuses: Sequence[Status]) -> dict[Status, int]:
+        """How many operations are in each of `statuses` (all scopes), zeros included."""
+        query = (
+            select(operations.c.status, func.count())
+            .where(operations.c.status.in_([s.value for s in statuses]))
+            .group_by(operations.c.status)
+        )
+        async with self.engine.connect() as conn:
+            counted = {Status(status): n for status, n in (await conn.execute(query)).all()}
+        return {status: counted.get(status, 0) for status in statuses}
+
+    async def ping(self) -> None:
+        """Raise unless the database answers a trivial query."""
+        async with self.engine.connect() as conn:
+            await conn.execute(select(1))
 
     # -- claims --------------------------------------------------------------------------
 
@@ -316,29 +366,26 @@ class Ledger:
         BEGIN IMMEDIATE serialises claims instead.
         """
         now = self.clock.now()
+        check_transition(Status.IN_FLIGHT, Status.OUTCOME_UNKNOWN)
         async with self.engine.begin() as conn:
-            crashed = await _lock_due(conn, _CRASHED, now, limit, tools, sent_before)
-            if crashed:
-                check_transition(Status.IN_FLIGHT, Status.OUTCOME_UNKNOWN)
-                await conn.execute(
-                    update(operations)
-                    .where(operations.c.id.in_(crashed))
-                    .values(
-                        status=Status.OUTCOME_UNKNOWN.value,
-                        lease_owner=None,
-                        lease_expires_at=None,
-                        last_code=LEASE_EXPIRED,
-                        next_check_at=now,
-                        version=operations.c.version + 1,
-                        updated_at=now,
-                    )
+            crashed = await conn.execute(
+                update(operations)
+                .where(operations.c.id.in_(_claimable(_CRASHED, now, limit, tools, sent_before)))
+                .values(
+                    status=Status.OUTCOME_UNKNOWN.value,
+                    lease_owner=None,
+                    lease_expires_at=None,
+                    last_code=LEASE_EXPIRED,
+                    next_check_at=now,
+                    version=operations.c.version + 1,
+                    updated_at=now,
                 )
-            due = await _lock_due(conn, _UNKNOWN, now, limit, tools, sent_before)
-            if not due:
-                return DueBatch([], len(crashed))
+                .returning(operations.c.id)
+            )
+            expired = len(crashed.all())
             leased = await conn.execute(
                 update(operations)
-                .where(operations.c.id.in_(due))
+                .where(operations.c.id.in_(_claimable(_UNKNOWN, now, limit, tools, sent_before)))
                 .values(
                     next_check_at=now + timedelta(seconds=lease_seconds),
                     version=operations.c.version + 1,
@@ -346,9 +393,7 @@ class Ledger:
                 .returning(operations)
             )
             rows = [OperationRecord.from_row(row) for row in leased.mappings()]
-        order = {operation_id: position for position, operation_id in enumerate(due)}
-        rows.sort(key=lambda row: order[row.id])
-        return DueBatch(rows, len(crashed))
+        return DueBatch(rows, expired)
 
     async def count_due(self, *, tools: Sequence[str], sent_before: datetime | None = None) -> int:
         """How many operations `claim_due` would hand out now (an estimate while others claim)."""
@@ -387,26 +432,40 @@ class Ledger:
         record_if_lost: bool = True,
         **values: Any,
     ) -> OperationRecord | None:
-        """Append an audited attempt and compare-and-set the operation in one transaction.
+        """Append an audited attempt and compare-and-set the operation in one transaction."""
+        settlement = Settlement(current, kind, attempt, status, values, record_if_lost)
+        return (await self.settle_many([settlement]))[0]
 
-        A lookup's evidence is kept even when another actor changed the row first
+    async def settle_many(
+        self, settlements: Sequence[Settlement]
+    ) -> builtins.list[OperationRecord | None]:
+        """Apply several settlements in one transaction (one commit for a reconciler's batch).
+
+        Each is a compare-and-set on its own row; the result is the new row, or None where
+        another actor changed the row first. A lookup's evidence is kept even then
         (`record_if_lost`); an operator's act is recorded only if it took effect.
         """
-        if status is not None:
-            check_transition(current.status, status)
-            values["status"] = status.value
+        for settlement in settlements:
+            if settlement.status is not None:
+                check_transition(settlement.current.status, settlement.status)
         now = self.clock.now()
+        rows: list[OperationRecord | None] = []
         async with self.engine.begin() as conn:
-            row = await _compare_and_set(conn, current, values, now)
-            if row is not None or record_if_lost:
-                await conn.execute(
-                    insert(attempts).values(
-                        operation_id=current.id,
-                        kind=kind.value,
-                        **{"started_at": now, "finished_at": now, **attempt},
+            if len(settlements) > 1 and not self.is_sqlite:
+                rows = await _compare_and_set_many(conn, settlements, now)
+            else:  # SQLite statements are in-process calls: one per row costs nothing much
+                for settlement in settlements:
+                    rows.append(
+                        await _compare_and_set(conn, settlement.current, settlement.changes(), now)
                     )
-                )
-        return row
+            audited = [
+                _attempt_row(settlement, now)
+                for settlement, row in zip(settlements, rows, strict=True)
+                if row is not None or settlement.record_if_lost
+            ]
+            if audited:
+                await conn.execute(insert(attempts), audited)
+        return rows
 
 
 def _operation_values(intent: Intent, now: datetime) -> dict[str, Any]:
@@ -508,6 +567,78 @@ class DueBatch:
 
 
 @dataclass(frozen=True, slots=True)
+class Settlement:
+    """An audited attempt (a lookup, an operator's act) and the compare-and-set it justifies."""
+
+    current: OperationRecord
+    kind: AttemptKind
+    attempt: dict[str, Any]
+    status: Status | None = None
+    values: dict[str, Any] = field(default_factory=dict)
+    record_if_lost: bool = True
+
+    def changes(self) -> dict[str, Any]:
+        """The columns this settlement sets, status included."""
+        if self.status is None:
+            return dict(self.values)
+        return {**self.values, "status": self.status.value}
+
+
+async def _compare_and_set_many(
+    conn: AsyncConnection, settlements: Sequence[Settlement], now: datetime
+) -> list[OperationRecord | None]:
+    """Many compare-and-sets as one `UPDATE … FROM (VALUES …)`: one round trip for a batch.
+
+    Rows carry every column any settlement sets; where one does not set it, its row repeats
+    the value it was read with, which the version match proves is still the stored one.
+    """
+    changes = [settlement.changes() for settlement in settlements]
+    names = sorted(set().union(*changes))
+    settled = values(
+        column("id", operations.c.id.type),
+        column("version", operations.c.version.type),
+        *(column(name, operations.c[name].type) for name in names),
+        name="settled",
+    ).data(
+        [
+            (
+                settlement.current.id,
+                settlement.current.version,
+                *(change.get(name, getattr(settlement.current, name)) for name in names),
+            )
+            for settlement, change in zip(settlements, changes, strict=True)
+        ]
+    )
+    statement = (
+        update(operations)
+        .where(operations.c.id == settled.c.id, operations.c.version == settled.c.version)
+        .values(
+            version=operations.c.version + 1,
+            updated_at=now,
+            # A column that is NULL in every row would be typed text: cast it back.
+            **{name: sql_cast(settled.c[name], operations.c[name].type) for name in names},
+        )
+        .returning(operations)
+    )
+    found = {
+        row["id"]: OperationRecord.from_row(row)
+        for row in (await conn.execute(statement)).mappings()
+    }
+    return [found.get(settlement.current.id) for settlement in settlements]
+
+
+_ATTEMPT_COLUMNS = tuple(column.name for column in attempts.columns if column.name != "id")
+
+
+def _attempt_row(settlement: Settlement, now: datetime) -> dict[str, Any]:
+    # Every row names every column, so that the rows insert together as one statement.
+    row: dict[str, Any] = dict.fromkeys(_ATTEMPT_COLUMNS)
+    row.update({"started_at": now, "finished_at": now, **settlement.attempt})
+    row.update(operation_id=settlement.current.id, kind=settlement.kind.value)
+    return row
+
+
+@dataclass(frozen=True, slots=True)
 class _Due:
     status: Status
     column: ColumnElement[Any]  # when the row becomes due; the (status, column) index serves it
@@ -530,18 +661,15 @@ def _due_query(
     return query
 
 
-async def _lock_due(
-    conn: AsyncConnection,
-    due: _Due,
-    now: datetime,
-    limit: int,
-    tools: Sequence[str],
-    sent_before: datetime | None,
-) -> list[int]:
-    query = (
+def _claimable(
+    due: _Due, now: datetime, limit: int, tools: Sequence[str], sent_before: datetime | None
+) -> Select[Any]:
+    # The longest-due rows nobody else holds; locked until the claim commits. The order is the
+    # index's own, so the scan stops after `limit` rows however many are due (any tiebreaker
+    # column would make PostgreSQL sort the whole due set on every claim).
+    return (
         _due_query(due, now, tools, sent_before)
-        .order_by(due.column, operations.c.id)
+        .order_by(due.column)
         .limit(limit)
         .with_for_update(skip_locked=True)
     )
-    return list((await conn.execute(query)).scalars())

@@ -6,7 +6,7 @@ from alembic import command
 from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
-from sqlalchemy import Connection
+from sqlalchemy import Connection, text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 # Our own version table, so writesafe's migrations never collide with the application's Alembic.
@@ -29,9 +29,21 @@ def head_revision() -> str:
     return head
 
 
+# Any fixed 64-bit number: the PostgreSQL advisory lock that serialises concurrent upgrades.
+_MIGRATION_LOCK = 0x77726974657361
+
+
 async def upgrade(engine: AsyncEngine, revision: str = "head") -> None:
-    """Apply migrations up to `revision` in one transaction (SQLite: under its write lock)."""
+    """Apply migrations up to `revision` in one transaction.
+
+    Many workers may start at once: PostgreSQL upgrades queue on an advisory lock (SQLite on its
+    write lock), so the first one migrates and the others find the schema current.
+    """
     async with engine.begin() as connection:
+        if connection.dialect.name == "postgresql":
+            await connection.execute(
+                text("SELECT pg_advisory_xact_lock(:key)"), {"key": _MIGRATION_LOCK}
+            )
         await connection.run_sync(_upgrade, revision)
 
 

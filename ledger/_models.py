@@ -62,6 +62,10 @@ class Operation(Base):
         Index("ix_writesafe_operations_tool_status", "tool", "status", "updated_at"),
         Index("ix_writesafe_operations_status_lease", "status", "lease_expires_at"),
         Index("ix_writesafe_operations_status_next_check", "status", "next_check_at"),
+        # The service lists one tenant's operations by status in keyset order.
+        Index(
+            "ix_writesafe_operations_scope_status_updated", "scope", "status", "updated_at", "id"
+        ),
     )
 
     id: Mapped[int] = mapped_column(_ID, primary_key=True, autoincrement=True)
@@ -109,3 +113,22 @@ class Attempt(Base):
     reason: Mapped[str | None] = mapped_column(Text)
     started_at: Mapped[datetime] = mapped_column(UTCDateTime())
     finished_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
+
+
+class ApiKey(Base):
+    """A service API key: only the SHA-256 of its secret is kept, with its scope and role."""
+
+    __tablename__ = "writesafe_api_keys"
+    __table_args__ = (
+        UniqueConstraint("key_id", name="uq_writesafe_api_keys_key_id"),
+        UniqueConstraint("secret_hash", name="uq_writesafe_api_keys_secret_hash"),
+    )
+
+    id: Mapped[int] = mapped_column(_ID, primary_key=True, autoincrement=True)
+    key_id: Mapped[str] = mapped_column(String(32))
+    secret_hash: Mapped[str] = mapped_column(String(64))
+    scope: Mapped[str] = mapped_column(String(255))
+    role: Mapped[str] = mapped_column(String(16))
+    name: Mapped[str] = mapped_column(String(255))
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime())
+    revoked_at: Mapped[datetime | None] = mapped_column(UTCDateTime())

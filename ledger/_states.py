@@ -37,8 +37,6 @@ TRANSITIONS: dict[Status, frozenset[Status]] = {
     Status.NEEDS_ATTENTION: frozenset({Status.SUCCEEDED, Status.FAILED}),
 }
 
-FINAL_STATES: frozenset[Status] = frozenset({Status.SUCCEEDED, Status.FAILED})
-
 
 class IllegalTransition(Exception):
     """A status change the state machine does not allow was requested."""

@@ -5,7 +5,7 @@ Imports `ledger` only. Its `cli` and `service` entry packages may also import `i
 """
 
 from reconciler._absence import Absence, after_absence
-from reconciler._adapters import DEFAULT_ADAPTER, Adapter, ExceptionAdapter
+from reconciler._adapters import DEFAULT_ADAPTER, Adapter
 from reconciler._check import (
     Check,
     Lookup,
@@ -19,6 +19,7 @@ from reconciler._continuation import Continuation, FailedOperation, decide_conti
 from reconciler._contract import (
     BUILTIN_VERDICTS,
     CODES,
+    FIELD_LIMIT,
     MESSAGE_LIMIT,
     SCHEMA,
     Code,
@@ -32,6 +33,14 @@ from reconciler._contract import (
     Verdict,
 )
 from reconciler._lookup import Found, LookupResult, NotFound, Unknown
+from reconciler._mcp import from_call_tool_result, to_call_tool_result
+from reconciler._problem import (
+    HTTP_STATUS,
+    PROBLEM_MEDIA_TYPE,
+    Problem,
+    from_problem,
+    to_problem,
+)
 from reconciler._reconcile import ReconcilePolicy, Reconciler, ReconcileReport
 from reconciler._resolve import (
     OperationNotFound,
@@ -39,18 +48,36 @@ from reconciler._resolve import (
     ResolutionRefused,
     resolve_operation,
 )
+from reconciler._response import DownstreamError, RawResponse, response_of
 from reconciler._retry import DEFAULT_RETRY_POLICY, RetryBudget, RetryPolicy, RetrySignal, wait_max
+from reconciler._retry_after import MAX_RETRY_AFTER_MS, parse_retry_after
+from reconciler._rules import NOT_JSON, ResponseAdapter, Rule
+from reconciler._schema import envelope_json_schema
 from reconciler._single import ReconcilerBusy
 from reconciler._tool_error import ToolError
-from reconciler._views import AttemptView, OperationStatus, attempts_left, operation_info
+from reconciler._views import (
+    AttemptView,
+    OperationStatus,
+    OperationSummary,
+    attempts_left,
+    operation_info,
+)
+from reconciler._webmcp import WEBMCP_CODES, WebMcpCode, from_webmcp, to_webmcp
+from reconciler._wire import read_envelope
 
 __all__ = [
     "BUILTIN_VERDICTS",
     "CODES",
     "DEFAULT_ADAPTER",
     "DEFAULT_RETRY_POLICY",
+    "FIELD_LIMIT",
+    "HTTP_STATUS",
+    "MAX_RETRY_AFTER_MS",
     "MESSAGE_LIMIT",
+    "NOT_JSON",
+    "PROBLEM_MEDIA_TYPE",
     "SCHEMA",
+    "WEBMCP_CODES",
     "Absence",
     "Adapter",
     "AttemptView",
@@ -60,8 +87,8 @@ __all__ = [
     "CodeRegistry",
     "Continuation",
     "Disposition",
+    "DownstreamError",
     "ErrorEnvelope",
-    "ExceptionAdapter",
     "FailedOperation",
     "Found",
     "Lookup",
@@ -74,27 +101,43 @@ __all__ = [
     "OperationInfo",
     "OperationNotFound",
     "OperationStatus",
+    "OperationSummary",
+    "Problem",
+    "RawResponse",
     "ReconcilePolicy",
     "ReconcileReport",
     "Reconciler",
     "ReconcilerBusy",
     "Resolution",
     "ResolutionRefused",
+    "ResponseAdapter",
     "RetryBudget",
     "RetryPolicy",
     "RetrySignal",
+    "Rule",
     "SideEffects",
     "ToolError",
     "Unknown",
     "UnknownCode",
     "Verdict",
+    "WebMcpCode",
     "after_absence",
     "attempts_left",
     "classify_exception",
     "decide_continuation",
+    "envelope_json_schema",
     "exception_evidence",
+    "from_call_tool_result",
+    "from_problem",
+    "from_webmcp",
     "operation_info",
+    "parse_retry_after",
+    "read_envelope",
     "resolve_operation",
+    "response_of",
     "run_lookup",
+    "to_call_tool_result",
+    "to_problem",
+    "to_webmcp",
     "wait_max",
 ]

@@ -13,7 +13,7 @@ from typing import Any
 
 import httpx
 
-from reconciler._contract import Code, CodeRegistry, ErrorEnvelope, SideEffects
+from reconciler._contract import Code, CodeRegistry, ErrorEnvelope
 from reconciler._tool_error import ToolError
 
 EVIDENCE_MESSAGE_LIMIT = 1024
@@ -71,7 +71,3 @@ def classify_exception(error: BaseException, codes: CodeRegistry) -> Classificat
         return Classification(codes.envelope(Code.OUTCOME_UNKNOWN, message), evidence)
     message = f"unclassified failure {type(error).__name__}"
     return Classification(codes.envelope(Code.UNKNOWN_ERROR, message), evidence)
-
-
-def proves_no_effect(envelope: ErrorEnvelope) -> bool:
-    return envelope.side_effects is SideEffects.NONE

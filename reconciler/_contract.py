@@ -16,6 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 SCHEMA = "writesafe.error/1"
 MESSAGE_LIMIT = 512
+FIELD_LIMIT = 256
 
 _CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
 _CODE = re.compile(r"^[A-Z][A-Z0-9_]{1,63}$")
@@ -67,12 +68,31 @@ class Code(StrEnum):
 
 @dataclass(frozen=True, slots=True)
 class Verdict:
-    """What a code means for the caller; `disposition` is None where the code is not an end."""
+    """What a code means for the caller; `disposition` is None where the code is not an end.
+
+    A verdict must be coherent: a code is retryable exactly when its next action is to retry
+    after a delay, and a code that asks for reconciliation cannot claim there was no effect.
+    """
 
     side_effects: SideEffects
     retryable: bool
     next_action: NextAction
     disposition: Disposition | None
+
+    def __post_init__(self) -> None:
+        # Accept the enums' string values (e.g. from configuration), reject anything else.
+        object.__setattr__(self, "side_effects", SideEffects(self.side_effects))
+        object.__setattr__(self, "next_action", NextAction(self.next_action))
+        if self.disposition is not None:
+            object.__setattr__(self, "disposition", Disposition(self.disposition))
+        if not isinstance(self.retryable, bool):
+            raise TypeError("retryable must be a bool")
+        if self.retryable != (self.next_action is NextAction.RETRY_AFTER_DELAY):
+            raise ValueError(
+                "a code is retryable exactly when its next action is retry_after_delay"
+            )
+        if self.next_action is NextAction.RECONCILE and self.side_effects is SideEffects.NONE:
+            raise ValueError("a code that asks for reconciliation must have side_effects unknown")
 
 
 _S, _A, _D = SideEffects, NextAction, Disposition
@@ -95,7 +115,9 @@ BUILTIN_VERDICTS: dict[str, Verdict] = {
 class OperationInfo(BaseModel):
     """Where the operation behind an error stands."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(
+        frozen=True, extra="forbid", json_schema_serialization_defaults_required=True
+    )
 
     key: str
     status: str
@@ -117,22 +139,52 @@ def sanitize_message(message: str) -> str:
 class ErrorEnvelope(BaseModel):
     """The one error shape every failure reaches a caller in."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid", populate_by_name=True)
+    model_config = ConfigDict(
+        frozen=True,
+        extra="forbid",
+        populate_by_name=True,
+        json_schema_serialization_defaults_required=True,
+    )
 
-    schema_: Literal["writesafe.error/1"] = Field(default="writesafe.error/1", alias="schema")
-    code: Annotated[str, Field(pattern=_CODE.pattern)]
-    message: str
-    retryable: bool
-    field: str | None = None
-    retry_after_ms: Annotated[int, Field(ge=0)] | None = None
+    schema_: Literal["writesafe.error/1"] = Field(
+        default="writesafe.error/1", alias="schema", description="The contract and its version."
+    )
+    code: Annotated[
+        str, Field(pattern=_CODE.pattern, description="Stable code; branch on this, never on text.")
+    ]
+    message: Annotated[
+        str, Field(max_length=MESSAGE_LIMIT, description="For humans: bounded, no tracebacks.")
+    ]
+    retryable: Annotated[
+        bool, Field(strict=True, description="True only if retrying unchanged can succeed.")
+    ]
+    field: Annotated[
+        str | None,
+        Field(
+            min_length=1, max_length=FIELD_LIMIT, description="The input field to correct, if any."
+        ),
+    ] = None
+    retry_after_ms: Annotated[
+        int | None,
+        Field(ge=0, strict=True, description="Wait at least this long before trying again."),
+    ] = None
     next_action: NextAction
     side_effects: SideEffects
-    operation: OperationInfo | None = None
+    operation: OperationInfo | None = Field(
+        default=None, description="Where the operation behind the error stands, if there is one."
+    )
 
-    @field_validator("message")
+    @field_validator("message", mode="before")
     @classmethod
-    def _bounded_message(cls, value: str) -> str:
-        return sanitize_message(value)
+    def _bounded_message(cls, value: object) -> object:
+        return sanitize_message(value) if isinstance(value, str) else value
+
+    @field_validator("field", mode="before")
+    @classmethod
+    def _bounded_field(cls, value: object) -> object:
+        if not isinstance(value, str):
+            return value
+        return _CONTROL.sub("", value).strip()[:FIELD_LIMIT] or None
 
     def to_json_dict(self) -> dict[str, Any]:
         """The wire form (`schema` spelled as such, enums as strings)."""
@@ -170,6 +222,10 @@ class CodeRegistry:
     def __contains__(self, code: object) -> bool:
         return code in self._verdicts
 
+    def verdicts(self) -> dict[str, Verdict]:
+        """Every known code with its verdict, built-ins first."""
+        return dict(self._verdicts)
+
     def envelope(
         self,
         code: str,
@@ -196,14 +252,17 @@ class CodeRegistry:
             field=field,
             retry_after_ms=retry_after_ms,
             next_action=verdict.next_action,
-            side_effects=_narrowed(verdict.side_effects, side_effects),
+            side_effects=_narrowed(code, verdict.side_effects, side_effects),
             operation=operation,
         )
 
 
-def _narrowed(default: SideEffects, proven: SideEffects | None) -> SideEffects:
-    # Evidence may only make the verdict safer to act on when it proves no effect.
-    return SideEffects.NONE if proven is SideEffects.NONE else default
+def _narrowed(code: str, default: SideEffects, proven: SideEffects | None) -> SideEffects:
+    # Only UNKNOWN_ERROR's side effects are open to evidence: every other code's are part of
+    # what the code means (OUTCOME_UNKNOWN with "no effect" would be a contradiction).
+    if code == Code.UNKNOWN_ERROR and proven is SideEffects.NONE:
+        return SideEffects.NONE
+    return default
 
 
 CODES = CodeRegistry()

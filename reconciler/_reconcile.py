@@ -19,10 +19,11 @@ from dataclasses import dataclass
 from datetime import timedelta
 from enum import StrEnum
 from pathlib import Path
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
-from ledger import AttemptKind, AttemptRecord, Ledger, OperationRecord, Status, dumps_json
+from ledger import AttemptKind, Ledger, OperationRecord, Settlement, Status, dumps_json
 from reconciler._absence import after_absence
 from reconciler._check import Check, LookupOutcome, LookupSpec, run_lookup
 from reconciler._contract import CodeRegistry
@@ -137,10 +138,7 @@ class Reconciler:
             tally["expired_leases"] += batch.expired
             if not batch.operations:
                 break
-            attempts = await self.ledger.attempts_of([op.id for op in batch.operations])
-            verdicts = await asyncio.gather(
-                *(self._reconcile(op, attempts[op.id]) for op in batch.operations)
-            )
+            verdicts = await self._reconcile(batch.operations)
             tally.update(verdict.value for verdict in verdicts)
             tally["examined"] += len(verdicts)
             if on_progress is not None:
@@ -160,53 +158,44 @@ class Reconciler:
         if self._lock is not None:
             self._lock.release()
 
-    async def _reconcile(
-        self, operation: OperationRecord, attempts: Sequence[AttemptRecord]
-    ) -> _Verdict:
+    async def _reconcile(self, operations: Sequence[OperationRecord]) -> list[_Verdict]:
+        """Look the batch up concurrently, then record every conclusion in one transaction."""
         try:
-            return await self._check(operation, attempts)
+            attempts = await self.ledger.attempts_of([op.id for op in operations])
+            checks = await asyncio.gather(
+                *(
+                    run_lookup(self.lookups[op.tool], op, attempts[op.id], self.ledger.clock)
+                    for op in operations
+                )
+            )
+            plans = [self._plan(op, check) for op, check in zip(operations, checks, strict=True)]
+            rows = await self.ledger.settle_many([settlement for settlement, _ in plans])
         except Exception:
             logger.exception(
-                "reconciling %s/%s failed; its lease hands it to a later pass",
-                operation.scope,
-                operation.key,
+                "reconciling %d operations failed; their leases hand them to a later pass",
+                len(operations),
             )
-            return _Verdict.ERRORS
+            return [_Verdict.ERRORS] * len(operations)
+        return [
+            verdict if row is not None else _Verdict.SUPERSEDED
+            for (_, verdict), row in zip(plans, rows, strict=True)
+        ]
 
-    async def _check(
-        self, operation: OperationRecord, attempts: Sequence[AttemptRecord]
-    ) -> _Verdict:
-        check = await run_lookup(
-            self.lookups[operation.tool], operation, attempts, self.ledger.clock
-        )
+    def _plan(self, operation: OperationRecord, check: Check) -> tuple[Settlement, _Verdict]:
+        """What `check` means for `operation`: the change to record, and its verdict."""
         audit = check.attempt(ACTOR, self.worker)
+        values: dict[str, Any]
         if check.outcome is LookupOutcome.FOUND:
-            row = await self.ledger.settle(
-                operation,
-                AttemptKind.LOOKUP,
-                audit,
-                status=Status.SUCCEEDED,
-                result=check.result,
-                next_check_at=None,
-            )
-            return _Verdict.FOUND if row is not None else _Verdict.SUPERSEDED
+            values = {"result": check.result, "next_check_at": None}
+            return _settle(operation, audit, Status.SUCCEEDED, values), _Verdict.FOUND
         if check.outcome is LookupOutcome.NOT_FOUND:
             envelope = after_absence(operation, self.codes).envelope
-            row = await self.ledger.settle(
-                operation,
-                AttemptKind.LOOKUP,
-                audit,
-                status=Status.FAILED,
-                error=dumps_json(envelope.to_json_dict()),
-                last_code=envelope.code,
-                next_check_at=None,
-            )
-            return _Verdict.ABSENT if row is not None else _Verdict.SUPERSEDED
-        return await self._check_later(operation, check, audit)
-
-    async def _check_later(
-        self, operation: OperationRecord, check: Check, audit: dict[str, object]
-    ) -> _Verdict:
+            values = {
+                "error": dumps_json(envelope.to_json_dict()),
+                "last_code": envelope.code,
+                "next_check_at": None,
+            }
+            return _settle(operation, audit, Status.FAILED, values), _Verdict.ABSENT
         if check.settles_at is not None:
             # Not found, but too early to believe it: ask again once the window closes, without
             # spending the budget on a question that could not be answered yet.
@@ -215,20 +204,20 @@ class Reconciler:
             checks = operation.checks + 1
             due = self.ledger.clock.now() + timedelta(seconds=self.policy.backoff(checks))
         if checks >= self.policy.max_checks:
-            evidence = {**check.evidence, "escalated_after_checks": checks}
-            row = await self.ledger.settle(
-                operation,
-                AttemptKind.LOOKUP,
-                {**audit, "evidence": dumps_json(evidence)},
-                status=Status.NEEDS_ATTENTION,
-                checks=checks,
-                next_check_at=None,
+            audit["evidence"] = dumps_json({**check.evidence, "escalated_after_checks": checks})
+            values = {"checks": checks, "next_check_at": None}
+            return (
+                _settle(operation, audit, Status.NEEDS_ATTENTION, values),
+                _Verdict.ESCALATED,
             )
-            return _Verdict.ESCALATED if row is not None else _Verdict.SUPERSEDED
-        row = await self.ledger.settle(
-            operation, AttemptKind.LOOKUP, audit, checks=checks, next_check_at=due
-        )
-        return _Verdict.STILL_UNKNOWN if row is not None else _Verdict.SUPERSEDED
+        values = {"checks": checks, "next_check_at": due}
+        return _settle(operation, audit, None, values), _Verdict.STILL_UNKNOWN
+
+
+def _settle(
+    operation: OperationRecord, audit: dict[str, Any], status: Status | None, values: dict[str, Any]
+) -> Settlement:
+    return Settlement(operation, AttemptKind.LOOKUP, audit, status, values)
 
 
 def _report(tally: Counter[str], began: float) -> ReconcileReport:

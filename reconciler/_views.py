@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any
+from typing import Any, Self
 
 from pydantic import BaseModel, ConfigDict
 
@@ -43,8 +43,11 @@ class AttemptView(BaseModel):
         )
 
 
-class OperationStatus(BaseModel):
-    """What happened to an operation, by key. `result` is meaningful when `status` is succeeded."""
+class OperationSummary(BaseModel):
+    """What happened to an operation, without its attempts (the rows of a listing).
+
+    `result` is meaningful when `status` is succeeded.
+    """
 
     model_config = ConfigDict(frozen=True)
 
@@ -60,12 +63,9 @@ class OperationStatus(BaseModel):
     lease_expires_at: datetime | None = None
     created_at: datetime
     updated_at: datetime
-    attempts: list[AttemptView] = []
 
     @classmethod
-    def from_records(
-        cls, operation: OperationRecord, attempts: list[AttemptRecord]
-    ) -> OperationStatus:
+    def from_record(cls, operation: OperationRecord) -> Self:
         return cls(
             key=operation.key,
             scope=operation.scope,
@@ -79,7 +79,20 @@ class OperationStatus(BaseModel):
             lease_expires_at=operation.lease_expires_at,
             created_at=operation.created_at,
             updated_at=operation.updated_at,
-            attempts=[AttemptView.from_record(a) for a in attempts],
+        )
+
+
+class OperationStatus(OperationSummary):
+    """What happened to an operation, by key, with every audited attempt."""
+
+    attempts: list[AttemptView] = []
+
+    @classmethod
+    def from_records(
+        cls, operation: OperationRecord, attempts: list[AttemptRecord]
+    ) -> OperationStatus:
+        return cls.from_record(operation).model_copy(
+            update={"attempts": [AttemptView.from_record(a) for a in attempts]}
         )
 
 

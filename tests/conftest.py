@@ -61,6 +61,29 @@ async def _redis_delete(prefix: str) -> None:
         await client.aclose()
 
 
+async def _drop_schema(name: str) -> None:
+    """Drop a test's schema, first ending sessions that still hold locks in it.
+
+    A failed test can leave a task mid-transaction on a connection of its own; without this the
+    DROP would wait for it forever.
+    """
+    connection = await asyncpg.connect(asyncpg_dsn())
+    try:
+        await connection.execute(
+            """
+            SELECT pg_terminate_backend(l.pid)
+            FROM pg_locks l
+            JOIN pg_class c ON c.oid = l.relation
+            JOIN pg_namespace n ON n.oid = c.relnamespace
+            WHERE n.nspname = $1 AND l.pid <> pg_backend_pid()
+            """,
+            name,
+        )
+        await connection.execute(f'DROP SCHEMA "{name}" CASCADE')
+    finally:
+        await connection.close()
+
+
 @pytest.fixture
 def pg_schema() -> Iterator[str]:
     """A fresh, empty PostgreSQL schema for this test, dropped afterwards."""
@@ -69,7 +92,7 @@ def pg_schema() -> Iterator[str]:
     try:
         yield name
     finally:
-        run_sync(_pg_execute(f'DROP SCHEMA "{name}" CASCADE'))
+        run_sync(_drop_schema(name))
 
 
 @pytest.fixture

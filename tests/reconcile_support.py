@@ -11,8 +11,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import httpx
+import pytest
 
-from idempotency import Found, LookupOperation, NotFound, Tool, WriteSafe
+from idempotency import Found, LookupOperation, NotFound, Tool, WriteSafe, WriteSafeError
 from reconciler import LookupResult
 
 Order = dict[str, str]
@@ -58,3 +59,11 @@ def order_tool(
         return await shop.place(idempotency_key, sku)
 
     return submit_order
+
+
+async def unknown_outcome(call: Awaitable[Any]) -> WriteSafeError:
+    """Await a call that must end in OUTCOME_UNKNOWN and return its error."""
+    with pytest.raises(WriteSafeError) as raised:
+        await call
+    assert raised.value.code == "OUTCOME_UNKNOWN", raised.value.envelope
+    return raised.value

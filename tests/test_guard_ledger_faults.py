@@ -3,7 +3,7 @@
 Found by the chaos run (`pg_terminate_backend` during the inline lookup of an unknown outcome):
 the guard's claim and outcome recording turn ledger errors into envelopes, but the ledger work in
 between — the replay gate, a continuation's restart, a lease expiry — lets the raw SQLAlchemy
-error escape. Strict xfail until the guard handles it; the fix proposed to the lead makes it pass.
+error escaped. The guard now answers OUTCOME_UNKNOWN (or TEMP_UNAVAILABLE for a failed operation).
 """
 
 from __future__ import annotations
@@ -18,7 +18,6 @@ from reconciler import LookupResult
 from tests.conftest import MakeWriteSafe
 
 
-@pytest.mark.xfail(strict=True, reason="guard: ledger errors in the replay gate escape untyped")
 async def test_a_ledger_error_in_the_replay_gate_is_an_outcome_unknown_envelope(
     make_ws: MakeWriteSafe,
 ) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import pytest
@@ -21,8 +22,7 @@ from idempotency import (
 from ledger import AttemptKind, Intent, ManualClock, Outcome
 from reconciler import LookupResult
 from tests.conftest import MakeWriteSafe
-from tests.reconcile_support import Shop, order_tool
-from tests.test_reconcile_inline import unknown_outcome
+from tests.reconcile_support import Shop, order_tool, unknown_outcome
 
 
 def budget(max_checks: int = 3, **more: Any) -> WriteSafeSettings:
@@ -362,3 +362,32 @@ async def test_not_found_lookups_count_once_per_pass(make_ws: MakeWriteSafe) -> 
 
     assert counts(report) == {"examined": 20, "absent": 20}
     assert shop.lookups == 20
+
+
+async def test_a_hanging_or_raising_lookup_stays_unknown_in_a_pass(make_ws: MakeWriteSafe) -> None:
+    async def hangs_or_raises(op: LookupOperation) -> LookupResult:
+        if op.key == "raises":
+            raise ConnectionError("shop API down")
+        await asyncio.sleep(3_600)
+        return NotFound()
+
+    ws = make_ws()
+    shop = Shop(faults=["commit_then_timeout"] * 2, lookup_answer=hangs_or_raises)
+    submit_order = order_tool(ws, shop, lookup_timeout=0.2)
+    await unknown_outcome(submit_order("A1", idempotency_key="hangs"))
+    await unknown_outcome(submit_order("A1", idempotency_key="raises"))
+
+    async with asyncio.timeout(30):  # bounded: far below the lookup's hour
+        report = await ws.reconcile()
+
+    assert counts(report) == {"examined": 2, "still_unknown": 2}
+    for key, reason in (
+        ("hangs", "the lookup did not answer within 0.2s"),
+        ("raises", "shop API down"),
+    ):
+        status = await ws.status(key)
+        assert status is not None
+        assert status.status is Status.OUTCOME_UNKNOWN
+        evidence = status.attempts[-1].evidence
+        assert evidence is not None
+        assert reason in (evidence.get("reason"), evidence.get("message"))

@@ -8,9 +8,13 @@ from __future__ import annotations
 
 import typer
 
+from reconciler.cli._contract import contract_app
 from reconciler.cli._db import db_app
+from reconciler.cli._demo import demo
+from reconciler.cli._keys import keys_app
 from reconciler.cli._reconcile import reconcile
 from reconciler.cli._resolve import resolve
+from reconciler.cli._serve import serve
 from reconciler.cli._status import status
 
 app = typer.Typer(
@@ -22,10 +26,14 @@ app = typer.Typer(
     no_args_is_help=True,
     pretty_exceptions_show_locals=False,
 )
+app.command("demo")(demo)
 app.command("status")(status)
 app.command("reconcile")(reconcile)
 app.command("resolve")(resolve)
+app.command("serve")(serve)
+app.add_typer(keys_app, name="keys")
 app.add_typer(db_app, name="db")
+app.add_typer(contract_app, name="contract")
 
 
 def main() -> None:

@@ -21,22 +21,31 @@ def fail(message: str, code: ExitCode) -> typer.Exit:
     return typer.Exit(int(code))
 
 
-def load_app(path: str) -> WriteSafe:
-    """Import `module:attribute` (the working directory is importable); it must be a WriteSafe."""
+def import_object(path: str, example: str = "myapp.tools:ws") -> object:
+    """Import `module:attribute` (the working directory is importable)."""
     module_name, _, attribute = path.partition(":")
     if not module_name or not attribute:
-        raise fail(f"expected module:attribute (e.g. myapp.tools:ws), got {path!r}", ExitCode.USAGE)
+        raise fail(f"expected module:attribute (e.g. {example}), got {path!r}", ExitCode.USAGE)
     if os.getcwd() not in sys.path:
         sys.path.insert(0, os.getcwd())
     try:
         module = importlib.import_module(module_name)
     except ImportError as error:
         raise fail(f"cannot import {module_name!r}: {error}", ExitCode.USAGE) from error
-    value = module
+    except Exception as error:  # the user's module raised while importing: say so, briefly
+        message = f"importing {module_name!r} failed: {type(error).__name__}: {error}"
+        raise fail(message, ExitCode.USAGE) from error
+    value: object = module
     for part in attribute.split("."):
         if not hasattr(value, part):
             raise fail(f"{module_name!r} has no attribute {attribute!r}", ExitCode.USAGE)
         value = getattr(value, part)
+    return value
+
+
+def load_app(path: str) -> WriteSafe:
+    """Import `module:attribute`; it must be a WriteSafe."""
+    value = import_object(path)
     if not isinstance(value, WriteSafe):
         kind = type(value).__name__
         raise fail(f"{path} is a {kind}, not a writesafe.WriteSafe", ExitCode.USAGE)

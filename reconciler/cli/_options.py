@@ -4,6 +4,9 @@ from typing import Annotated
 
 import typer
 
+AppArgument = Annotated[
+    str, typer.Argument(help="Your WriteSafe as module:attribute (e.g. myapp.tools:ws).")
+]
 AppOption = Annotated[
     str | None,
     typer.Option("--app", help="Your WriteSafe as module:attribute (e.g. myapp.tools:ws)."),

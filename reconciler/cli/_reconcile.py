@@ -18,16 +18,13 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from idempotency import ReconcilerBusy, ReconcileReport, WriteSafe
+from idempotency import ReconcilerBusy, ReconcileReport, WriteSafe, WriteSafeError
 from ledger import LedgerNotMigrated
 from reconciler.cli._exit import ExitCode
 from reconciler.cli._loading import fail, load_app
-from reconciler.cli._options import JsonOption
+from reconciler.cli._options import AppArgument, JsonOption
 from reconciler.cli._stores import unavailable_errors
 
-AppArgument = Annotated[
-    str, typer.Argument(help="Your WriteSafe as module:attribute (e.g. myapp.tools:ws).")
-]
 WatchOption = Annotated[
     bool,
     typer.Option(
@@ -48,6 +45,9 @@ IntervalOption = Annotated[
 ]
 
 err = Console(stderr=True)
+# The longest a --watch worker waits between tries while the ledger is unreachable (seconds).
+_MAX_OUTAGE_PAUSE = 30.0
+_OUTAGE: tuple[type[BaseException], ...] = (*unavailable_errors(), WriteSafeError)
 
 
 def reconcile(
@@ -125,8 +125,19 @@ class _Pass:
         with contextlib.ExitStack() as stack:
             progress = None if self.as_json else stack.enter_context(_progress())
             task = None if progress is None else progress.add_task("watching", total=None)
+            pause = interval
             while not stop.is_set():
-                done = await self._pass(stop)
+                try:
+                    done = await self._pass(stop)
+                except _OUTAGE as error:
+                    # A worker outlives a ledger outage: what it had claimed is re-offered when
+                    # its short reconcile lease runs out, so it just waits and tries again.
+                    err.print(f"ledger unavailable ({type(error).__name__}); again in {pause:.1f}s")
+                    with contextlib.suppress(TimeoutError):
+                        await asyncio.wait_for(stop.wait(), pause)
+                    pause = min(pause * 2, _MAX_OUTAGE_PAUSE)
+                    continue
+                pause = interval
                 total += done
                 if self.as_json and done.examined:
                     print(done.model_dump_json(), flush=True)

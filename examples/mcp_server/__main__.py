@@ -1,0 +1,3 @@
+from examples.mcp_server.server import main
+
+main()

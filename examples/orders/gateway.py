@@ -1,0 +1,103 @@
+"""The shop's client of the order service (`downstream.py`), shared by the shop and the MCP server.
+
+Each write sends its operation's client reference as `Idempotency-Key`, so the lookups can ask the
+service whether an unknown outcome happened. Failures are raised as they came
+(`raise_for_status`) and classified by `ADAPTER`; timeouts and lost connections by the built-in
+exception rules (sent, then lost: OUTCOME_UNKNOWN).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Protocol
+
+import httpx
+from pydantic import BaseModel
+
+from idempotency import Found, NotFound, Unknown, current_operation
+from reconciler import Code, LookupResult, ResponseAdapter, Rule
+
+ADAPTER = ResponseAdapter(
+    name="order-service",
+    version="1",
+    rules=(
+        # 422 {"code": ..., "field": ...}: refused before writing anything.
+        Rule(Code.INPUT_INVALID, status=422, field_from="field"),
+        # 503 with Retry-After: the service turned the request away before writing.
+        Rule(Code.TEMP_UNAVAILABLE, status=503),
+    ),
+)
+
+
+class Order(BaseModel):
+    order_id: str
+    sku: str
+    quantity: int
+    postcode: str
+    total_cents: int
+
+
+class Refund(BaseModel):
+    refund_id: str
+    order_id: str
+    amount_cents: int
+
+
+class Operation(Protocol):
+    """What a lookup needs of the operation it is asked about."""
+
+    @property
+    def key(self) -> str: ...
+
+    @property
+    def scope(self) -> str: ...
+
+
+def reference(scope: str, key: str) -> str:
+    """The client reference a write is filed under: unique across tenants (scopes have no '/')."""
+    return f"{scope}/{key}"
+
+
+def current_reference() -> str:
+    """The client reference of the operation executing in this task."""
+    operation = current_operation()
+    if operation is None:
+        raise RuntimeError("the order service is written to only inside a guarded write")
+    return reference(operation.scope, operation.key)
+
+
+class OrderGateway:
+    """Writes and lookups against the order service at `client.base_url`."""
+
+    def __init__(self, client: httpx.AsyncClient) -> None:
+        self.client = client
+
+    async def place_order(self, sku: str, quantity: int, postcode: str) -> Order:
+        body = {"sku": sku, "quantity": quantity, "postcode": postcode}
+        return Order.model_validate(await self._write("/orders", body))
+
+    async def refund(self, order_id: str, amount_cents: int) -> Refund:
+        body = {"order_id": order_id, "amount_cents": amount_cents}
+        return Refund.model_validate(await self._write("/refunds", body))
+
+    async def find_order(self, operation: Operation) -> LookupResult:
+        """Found(Order) if the service has an order under the operation's reference."""
+        return await self._find("/orders", operation, Order)
+
+    async def find_refund(self, operation: Operation) -> LookupResult:
+        return await self._find("/refunds", operation, Refund)
+
+    async def _write(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
+        headers = {"Idempotency-Key": current_reference()}
+        response = await self.client.post(path, json=body, headers=headers)
+        response.raise_for_status()
+        row: dict[str, Any] = response.json()
+        return row
+
+    async def _find(self, path: str, operation: Operation, model: type[BaseModel]) -> LookupResult:
+        params = {"reference": reference(operation.scope, operation.key)}
+        response = await self.client.get(path, params=params)
+        if response.status_code == 200:
+            return Found(model.model_validate(response.json()))
+        if response.status_code == 404:
+            return NotFound()
+        return Unknown(f"the order service answered {response.status_code}")

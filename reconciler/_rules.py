@@ -1,0 +1,250 @@
+"""A rule-based, versioned adapter from raw downstream responses to envelopes.
+
+Rules are tried in order and the first match decides, so exact rules (status + body predicates)
+must come before broad ones; a rule that an earlier rule makes unreachable is refused when the
+adapter is built. Nothing matched, a body that cannot be read, a rule that breaks: UNKNOWN_ERROR,
+with the raw response kept as bounded evidence. Exceptions without a response (connection errors,
+timeouts, `ToolError`) go to the built-in exception classification.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Collection, Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any
+
+from ledger import Clock, SystemClock
+from reconciler._classify import Classification, classify_exception, exception_evidence
+from reconciler._contract import Code, CodeRegistry, ErrorEnvelope, SideEffects
+from reconciler._evidence import excerpt, header_subset
+from reconciler._problem import from_problem
+from reconciler._response import RawResponse, response_of
+from reconciler._retry_after import MAX_RETRY_AFTER_MS, parse_retry_after
+from reconciler._wire import Malformed, parse_json
+
+logger = logging.getLogger("writesafe")
+
+Predicate = Callable[[RawResponse, Any], bool]
+"""A custom test of a response and its parsed JSON body (`NOT_JSON` when it has none)."""
+
+
+class _NotJson:
+    def __repr__(self) -> str:
+        return "NOT_JSON"
+
+
+NOT_JSON: Any = _NotJson()
+"""The parsed body of a response whose body is not (bounded, valid) JSON."""
+
+_ENVELOPE_SCHEMA_PREFIX = "writesafe.error/"
+
+
+@dataclass(frozen=True, slots=True)
+class Rule:
+    """If the response has one of `status` and the body has every `body` value, it is `code`.
+
+    `body` maps dotted paths (`error.reason`, `items.0.code`) to the exact JSON value expected.
+    The envelope's `field` is `field`, or the body's value at `field_from` translated by the
+    adapter's `fields`. `retry_after_ms` applies when the response states no `Retry-After`.
+    `side_effects=NONE` may only narrow UNKNOWN_ERROR, for a rule that proves nothing happened.
+    """
+
+    code: str
+    status: int | Collection[int] | None = None
+    body: Mapping[str, Any] = field(default_factory=dict)
+    when: Predicate | None = None
+    field: str | None = None
+    field_from: str | None = None
+    retry_after_ms: int | None = None
+    side_effects: SideEffects | None = None
+    message: str | None = None
+    name: str | None = None
+
+    @property
+    def statuses(self) -> frozenset[int] | None:
+        if self.status is None:
+            return None
+        return frozenset([self.status] if isinstance(self.status, int) else self.status)
+
+    @property
+    def label(self) -> str:
+        return self.name or self.code
+
+    def shadows(self, later: Rule) -> bool:
+        """True if this rule matches everything `later` matches, so `later` could never fire."""
+        if self.when is not None:
+            return False
+        mine, theirs = self.statuses, later.statuses
+        covers_status = mine is None or (theirs is not None and theirs <= mine)
+        return covers_status and all(
+            path in later.body and _same(later.body[path], value)
+            for path, value in self.body.items()
+        )
+
+    def matches(self, response: RawResponse, body: Any) -> bool:
+        statuses = self.statuses
+        if statuses is not None and response.status not in statuses:
+            return False
+        for path, expected in self.body.items():
+            if not _same(_at(body, path), expected):
+                return False
+        return self.when is None or bool(self.when(response, body))
+
+
+@dataclass(frozen=True, slots=True)
+class ResponseAdapter:
+    """An ordered, versioned list of rules; implements `Adapter`.
+
+    `fields` translates downstream field names (`shipping.postcode`) to the tool's (`postcode`).
+    With `accept_envelopes`, a body that is a `writesafe.error/1` envelope (or problem+json
+    carrying one) is read as such, and fails closed if it is invalid; rules never see it.
+    """
+
+    name: str
+    version: str
+    rules: tuple[Rule, ...] = ()
+    fields: Mapping[str, str] = field(default_factory=dict)
+    accept_envelopes: bool = True
+    max_retry_after_ms: int = MAX_RETRY_AFTER_MS
+    clock: Clock = field(default_factory=SystemClock, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "rules", tuple(self.rules))
+        object.__setattr__(self, "fields", MappingProxyType(dict(self.fields)))
+        for index, rule in enumerate(self.rules):
+            for earlier in self.rules[:index]:
+                if earlier.shadows(rule):
+                    raise ValueError(
+                        f"{self.name}/{self.version}: rule {rule.label!r} can never match, "
+                        f"{earlier.label!r} before it matches everything it does; put exact "
+                        "rules before broad ones"
+                    )
+
+    def classify(self, error: BaseException, codes: CodeRegistry) -> Classification:
+        """Classify a failure; never raises, and fails closed to UNKNOWN_ERROR."""
+        try:
+            response = response_of(error)
+            if response is None:
+                return classify_exception(error, codes)
+            return self.classify_response(response, codes)
+        except Exception as broken:
+            logger.exception("adapter %s/%s failed", self.name, self.version)
+            envelope = codes.envelope(Code.UNKNOWN_ERROR, f"adapter {self.name} failed")
+            return Classification(
+                envelope, {"adapter": self._tag(), "adapter_error": exception_evidence(broken)}
+            )
+
+    def classify_response(self, response: RawResponse, codes: CodeRegistry) -> Classification:
+        """The first matching rule's envelope, or UNKNOWN_ERROR; never raises on bad input."""
+        evidence = self._evidence(response)
+        try:
+            body: Any = parse_json(response.body)
+        except Malformed as error:
+            body = NOT_JSON
+            evidence["body_error"] = str(error)
+        if self.accept_envelopes and _is_envelope(body):
+            found = from_problem(body, codes)
+            return Classification(self._bounded(found.envelope), {**evidence, **found.evidence})
+        for rule in self.rules:
+            try:
+                matched = rule.matches(response, body)
+            except Exception as broken:  # a user predicate failed: trust nothing after it
+                evidence["rule_error"] = {"rule": rule.label, **exception_evidence(broken)}
+                message = f"{self._tag()}: rule {rule.label} failed to evaluate"
+                return Classification(codes.envelope(Code.UNKNOWN_ERROR, message), evidence)
+            if matched:
+                evidence["rule"] = rule.label
+                return Classification(self._envelope(rule, response, body, codes), evidence)
+        message = f"{self._tag()}: no rule for HTTP {response.status}"
+        return Classification(codes.envelope(Code.UNKNOWN_ERROR, message), evidence)
+
+    def _envelope(
+        self, rule: Rule, response: RawResponse, body: Any, codes: CodeRegistry
+    ) -> ErrorEnvelope:
+        message = rule.message or f"{self._tag()}: HTTP {response.status} matched {rule.label}"
+        return codes.envelope(
+            rule.code,
+            message,
+            field=rule.field or self._field(body, rule.field_from),
+            retry_after_ms=self._retry_after(response, rule.retry_after_ms),
+            side_effects=rule.side_effects,
+        )
+
+    def _field(self, body: Any, path: str | None) -> str | None:
+        if path is None:
+            return None
+        value = _at(body, path)
+        if not isinstance(value, str):
+            return None
+        return self.fields.get(value, value)
+
+    def _retry_after(self, response: RawResponse, default_ms: int | None) -> int | None:
+        stated = response.header("retry-after")
+        if stated is not None:
+            parsed = parse_retry_after(
+                stated,
+                now=self.clock.now(),
+                date=response.header("date"),
+                maximum_ms=self.max_retry_after_ms,
+            )
+            if parsed is not None:
+                return parsed
+        return None if default_ms is None else min(default_ms, self.max_retry_after_ms)
+
+    def _bounded(self, envelope: ErrorEnvelope) -> ErrorEnvelope:
+        # A downstream's own envelope: its delay is clamped like a header, and its operation
+        # block describes the downstream's operation, not ours.
+        delay = envelope.retry_after_ms
+        if delay is not None:
+            delay = min(delay, self.max_retry_after_ms)
+        return envelope.model_copy(update={"retry_after_ms": delay, "operation": None})
+
+    def _evidence(self, response: RawResponse) -> dict[str, Any]:
+        return {
+            "adapter": self._tag(),
+            "status": response.status,
+            "headers": header_subset(response.headers),
+            "body": excerpt(response.body),
+        }
+
+    def _tag(self) -> str:
+        return f"{self.name}/{self.version}"
+
+
+def _is_envelope(body: Any) -> bool:
+    schema = body.get("schema") if isinstance(body, dict) else None
+    return isinstance(schema, str) and schema.startswith(_ENVELOPE_SCHEMA_PREFIX)
+
+
+def _at(body: Any, path: str) -> Any:
+    """The value at a dotted path of parsed JSON, or NOT_JSON where the path does not exist."""
+    value = body
+    for part in path.split("."):
+        if isinstance(value, dict) and part in value:
+            value = value[part]
+        elif isinstance(value, list) and part.isdigit() and int(part) < len(value):
+            value = value[int(part)]
+        else:
+            return NOT_JSON
+    return value
+
+
+def _same(actual: Any, expected: Any) -> bool:
+    """JSON equality: `true` is not `1`, and `1` is not `"1"`."""
+    if isinstance(actual, bool) or isinstance(expected, bool):
+        return type(actual) is type(expected) and actual == expected
+    if isinstance(expected, dict):
+        return (
+            isinstance(actual, dict)
+            and actual.keys() == expected.keys()
+            and all(_same(actual[k], v) for k, v in expected.items())
+        )
+    if isinstance(expected, list):
+        return (
+            isinstance(actual, list)
+            and len(actual) == len(expected)
+            and all(_same(a, e) for a, e in zip(actual, expected, strict=True))
+        )
+    return type(actual) in (int, float, str, type(None)) and actual == expected

@@ -1,0 +1,84 @@
+"""`writesafe serve APP`: the HTTP service (status, listing, reconciliation, resolution) on uvicorn.
+
+The ledger is checked before the port opens, so a wrong URL or an unmigrated schema stops the
+command with its exit code instead of a service that answers 503 to everything.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import signal
+from collections.abc import Iterator
+from typing import Annotated
+
+import typer
+import uvicorn
+
+from ledger import LedgerNotMigrated
+from reconciler.cli._exit import ExitCode
+from reconciler.cli._loading import fail, load_app
+from reconciler.cli._options import AppArgument
+from reconciler.cli._stores import unavailable_errors
+from reconciler.service import create_app
+
+HostOption = Annotated[
+    str,
+    typer.Option("--host", envvar="WRITESAFE_HOST", help="Interface to listen on (0.0.0.0: all)."),
+]
+PortOption = Annotated[
+    int, typer.Option("--port", envvar="WRITESAFE_PORT", min=1, max=65535, help="TCP port.")
+]
+LogLevelOption = Annotated[
+    str,
+    typer.Option(
+        "--log-level",
+        help="uvicorn's log level: critical, error, warning, info, debug, trace.",
+    ),
+]
+
+
+class _Server(uvicorn.Server):
+    """uvicorn re-raises SIGTERM after its graceful shutdown, which kills the process before the
+    ledger is closed; the command stops the server on its own signal handlers instead."""
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        yield
+
+    def stop(self) -> None:
+        # The first signal drains the connections; a second one stops at once.
+        self.force_exit = self.should_exit
+        self.should_exit = True
+
+
+def serve(
+    app: AppArgument,
+    host: HostOption = "127.0.0.1",
+    port: PortOption = 8000,
+    log_level: LogLevelOption = "info",
+) -> None:
+    """Serve the HTTP API for your WriteSafe until SIGINT/SIGTERM (API keys: `writesafe keys`).
+    Exit 3 if the ledger cannot be reached, 1 if its schema is not current."""
+    ws = load_app(app)
+    config = uvicorn.Config(
+        create_app(ws), host=host, port=port, log_level=log_level.lower(), server_header=False
+    )
+
+    async def run() -> None:
+        server = _Server(config)
+        loop = asyncio.get_running_loop()
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(signum, server.stop)
+        try:
+            await ws.start()
+            await server.serve()
+        finally:
+            await ws.close()
+
+    try:
+        asyncio.run(run())
+    except LedgerNotMigrated as error:
+        raise fail(str(error), ExitCode.FAILED) from error
+    except unavailable_errors() as error:
+        raise fail(f"the ledger could not be reached: {error}", ExitCode.UNAVAILABLE) from error

@@ -1,0 +1,76 @@
+"""Bearer API keys: who is calling, for which tenant scope, in which role.
+
+A key sees only its own scope. Operations of other scopes answer 404 exactly like missing ones,
+so a key cannot probe which keys another tenant uses. (No `from __future__ import annotations`:
+FastAPI must resolve the dependencies' local `Annotated` aliases.)
+"""
+
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Annotated
+
+from fastapi import Depends, HTTPException, Security
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+
+from idempotency import MAX_KEY_LENGTH
+from ledger import ApiKeys, Role
+from reconciler.service._api_keys import hash_token, well_formed
+
+bearer = HTTPBearer(
+    auto_error=False,
+    bearerFormat="wsk_<key id>_<secret>",
+    description="An API key made with `writesafe keys create`; it fixes the tenant scope and role.",
+)
+_CHALLENGE = {"WWW-Authenticate": 'Bearer realm="writesafe"'}
+_INVALID = {"WWW-Authenticate": 'Bearer realm="writesafe", error="invalid_token"'}
+
+
+@dataclass(frozen=True, slots=True)
+class Principal:
+    """The caller behind a valid key."""
+
+    key_id: str
+    name: str
+    scope: str
+    role: Role
+
+    @property
+    def actor(self) -> str:
+        """How the caller is named in audit records (bounded like every name in the ledger)."""
+        actor = f"api-key:{self.key_id} ({self.name})"
+        return actor if len(actor) <= MAX_KEY_LENGTH else actor[: MAX_KEY_LENGTH - 2] + "…)"
+
+
+class Authenticator:
+    """The FastAPI dependency that turns `Authorization: Bearer …` into a `Principal`."""
+
+    def __init__(self, keys: ApiKeys, ready: Callable[[], Awaitable[None]]) -> None:
+        self._keys = keys
+        self._ready = ready  # an unmigrated ledger is reported as such, not as a missing table
+
+    async def __call__(
+        self, credentials: Annotated[HTTPAuthorizationCredentials | None, Security(bearer)]
+    ) -> Principal:
+        if credentials is None:
+            raise HTTPException(401, "an API key is required: Authorization: Bearer …", _CHALLENGE)
+        token = credentials.credentials
+        record = None
+        if well_formed(token):
+            await self._ready()
+            record = await self._keys.active(hash_token(token))
+        if record is None:
+            raise HTTPException(401, "the API key is not valid or was revoked", _INVALID)
+        return Principal(
+            key_id=record.key_id, name=record.name, scope=record.scope, role=record.role
+        )
+
+
+def require_operator(authenticate: Authenticator) -> Callable[..., Awaitable[Principal]]:
+    """A dependency admitting only keys with the operator role (403 for readers)."""
+
+    async def operator(principal: Annotated[Principal, Depends(authenticate)]) -> Principal:
+        if principal.role is not Role.OPERATOR:
+            raise HTTPException(403, "this needs an API key with the operator role")
+        return principal
+
+    return operator

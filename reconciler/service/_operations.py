@@ -1,0 +1,176 @@
+"""`/v1/operations`: status by key, listing, attempts and resolution, within the key's scope.
+
+No `from __future__ import annotations`: FastAPI must resolve the routes' local `Annotated` aliases.
+"""
+
+from collections.abc import Awaitable, Callable
+from datetime import timedelta
+from typing import Annotated
+
+from fastapi import APIRouter, Body, Depends, HTTPException, Path, Query, Request
+from fastapi.exceptions import RequestValidationError
+
+from idempotency import (
+    MAX_KEY_LENGTH,
+    OperationNotFound,
+    OperationStatus,
+    ResolutionRefused,
+    WriteSafe,
+    WriteSafeError,
+)
+from idempotency._keys import validate_key
+from reconciler import OperationSummary
+from reconciler.service._auth import Principal
+from reconciler.service._context import ServiceContext
+from reconciler.service._cursor import decode_cursor, encode_cursor
+from reconciler.service._metrics import RESOLUTIONS
+from reconciler.service._models import (
+    AttemptList,
+    ListQuery,
+    OperationPage,
+    ResolveRequest,
+    ResolveSucceeded,
+)
+from reconciler.service._openapi import problems
+
+KeyPath = Annotated[
+    str,
+    Path(
+        min_length=1,
+        max_length=MAX_KEY_LENGTH,
+        description="The idempotency key (URL-encoded; keys containing `/` cannot be addressed).",
+    ),
+]
+
+
+def operations_router(
+    ctx: ServiceContext,
+    authenticate: Callable[..., Awaitable[Principal]],
+    operator: Callable[..., Awaitable[Principal]],
+) -> APIRouter:
+    router = APIRouter(prefix="/v1", tags=["operations"])
+
+    @router.get(
+        "/operations/{key}",
+        response_model=OperationStatus,
+        responses=problems(401, 404, 422, 503),
+        summary="An operation's status, result or error, and attempts",
+    )
+    async def get_operation(
+        key: KeyPath, caller: Annotated[Principal, Depends(authenticate)]
+    ) -> OperationStatus:
+        return await find(ctx.ws, key, caller.scope)
+
+    @router.get(
+        "/operations/{key}/attempts",
+        response_model=AttemptList,
+        responses=problems(401, 404, 422, 503),
+        summary="Every audited attempt of an operation, oldest first",
+    )
+    async def get_attempts(
+        key: KeyPath, caller: Annotated[Principal, Depends(authenticate)]
+    ) -> AttemptList:
+        found = await find(ctx.ws, key, caller.scope)
+        return AttemptList(key=found.key, items=found.attempts)
+
+    @router.get(
+        "/operations",
+        response_model=OperationPage,
+        responses=problems(401, 422, 503),
+        summary="Operations by status, tool and age, oldest change first (keyset-paginated)",
+    )
+    async def list_operations(
+        request: Request,
+        caller: Annotated[Principal, Depends(authenticate)],
+        query: Annotated[ListQuery, Query()],
+    ) -> OperationPage:
+        _refuse_repeated(request)
+        if query.tool is not None and not _usable(query.tool):
+            return OperationPage(items=[], next_cursor=None)  # no tool can have that name
+        await ctx.ws.guard()
+        ledger = ctx.ws.ledger
+        rows = await ledger.list(
+            statuses=query.status,
+            tool=query.tool,
+            scope=caller.scope,
+            updated_before=(
+                None
+                if query.older_than is None
+                else ledger.clock.now() - timedelta(seconds=query.older_than)
+            ),
+            after=None if query.cursor is None else decode_cursor(query.cursor),
+            limit=query.limit + 1,
+        )
+        page = rows[: query.limit]
+        return OperationPage(
+            items=[OperationSummary.from_record(row) for row in page],
+            next_cursor=encode_cursor(page[-1]) if len(rows) > query.limit else None,
+        )
+
+    @router.post(
+        "/operations/{key}/resolve",
+        response_model=OperationStatus,
+        responses=problems(401, 403, 404, 409, 413, 422, 503),
+        summary="Resolve a needs_attention operation as succeeded or failed (operators; audited)",
+    )
+    async def resolve_operation(
+        key: KeyPath,
+        body: Annotated[ResolveRequest, Body()],
+        caller: Annotated[Principal, Depends(operator)],
+    ) -> OperationStatus:
+        if not _usable(key):
+            raise HTTPException(404, _NOT_FOUND)
+        try:
+            resolved = await ctx.ws.resolve(
+                key,
+                scope=caller.scope,
+                outcome=body.outcome,
+                reason=body.reason,
+                actor=caller.actor,
+                result=body.result if isinstance(body, ResolveSucceeded) else None,
+                evidence=body.evidence,
+            )
+        except OperationNotFound as error:
+            raise HTTPException(404, _NOT_FOUND) from error
+        except ResolutionRefused as error:
+            raise HTTPException(409, str(error)) from error
+        RESOLUTIONS.labels(body.outcome).inc()
+        return resolved
+
+    return router
+
+
+_NOT_FOUND = "no operation with this key in the API key's scope"
+
+
+async def find(ws: WriteSafe, key: str, scope: str) -> OperationStatus:
+    """The operation under `key` in `scope`; 404 when absent, in another scope, or unusable."""
+    found = await ws.status(key, scope=scope) if _usable(key) else None
+    if found is None:
+        raise HTTPException(404, _NOT_FOUND)
+    return found
+
+
+def _refuse_repeated(request: Request) -> None:
+    """A single-valued parameter given twice is ambiguous (FastAPI would keep the last): 422."""
+    repeated = [
+        name
+        for name in ListQuery.model_fields.keys() - ListQuery.REPEATABLE
+        if len(request.query_params.getlist(name)) > 1
+    ]
+    if repeated:
+        raise RequestValidationError(
+            [
+                {"type": "repeated", "loc": ("query", name), "msg": "given more than once"}
+                for name in sorted(repeated)
+            ]
+        )
+
+
+def _usable(name: str) -> bool:
+    # A key or tool name the guard would refuse cannot name anything stored.
+    try:
+        validate_key(name)
+    except WriteSafeError:
+        return False
+    return True

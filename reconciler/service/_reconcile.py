@@ -1,0 +1,44 @@
+"""`POST /v1/reconcile`: one bounded reconciliation pass, on demand."""
+
+from collections.abc import Awaitable, Callable
+from typing import Annotated
+
+from fastapi import APIRouter, Body, Depends, HTTPException
+
+from idempotency import ReconcilerBusy, ReconcileReport
+from reconciler.service._auth import Principal
+from reconciler.service._context import ServiceContext
+from reconciler.service._metrics import record_pass
+from reconciler.service._models import ReconcileRequest
+from reconciler.service._openapi import problems
+
+
+def reconcile_router(
+    ctx: ServiceContext, operator: Callable[..., Awaitable[Principal]]
+) -> APIRouter:
+    router = APIRouter(prefix="/v1", tags=["reconciliation"])
+
+    @router.post(
+        "/reconcile",
+        response_model=ReconcileReport,
+        responses=problems(401, 403, 409, 413, 422, 503),
+        summary="Run one reconciliation pass over every scope (operators)",
+        description=(
+            "Asks each tool's lookup about due `outcome_unknown` operations and expired leases, "
+            "at most `limit` of them; never executes a write. Deployment-wide, like the "
+            "`writesafe reconcile` worker: the report counts every scope's operations."
+        ),
+    )
+    async def reconcile(
+        _caller: Annotated[Principal, Depends(operator)],
+        body: Annotated[ReconcileRequest | None, Body()] = None,
+    ) -> ReconcileReport:
+        bounds = body or ReconcileRequest()
+        try:
+            report = await ctx.ws.reconcile(limit=bounds.limit, older_than=bounds.older_than)
+        except ReconcilerBusy as error:
+            raise HTTPException(409, str(error)) from error
+        record_pass(report)
+        return report
+
+    return router

@@ -1,0 +1,134 @@
+"""Support for the HTTP service tests: a seeded ledger, keys of both roles in two scopes, and
+clients that reach the app either in-process (ASGI) or through uvicorn on loopback."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import socket
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx
+import uvicorn
+from fastapi import FastAPI
+
+from idempotency import Found, ToolError, Unknown, WriteSafe
+from ledger import ApiKeys, Role, Status
+from reconciler import PROBLEM_MEDIA_TYPE
+from reconciler.service import create_api_key
+
+SCOPES = ("tenant-a", "tenant-b")
+
+
+@dataclass
+class Service:
+    """A running service: its WriteSafe, its base URL and transport, and one key per scope+role."""
+
+    ws: WriteSafe
+    base_url: str
+    transport: httpx.AsyncBaseTransport | None
+    tokens: dict[tuple[str, Role], str] = field(default_factory=dict)
+
+    def client(
+        self, token: str | None = None, headers: dict[str, str] | None = None
+    ) -> httpx.AsyncClient:
+        auth = {"Authorization": f"Bearer {token}"} if token else {}
+        return httpx.AsyncClient(
+            base_url=self.base_url,
+            transport=self.transport,
+            headers={**auth, **(headers or {})},
+            timeout=10,
+        )
+
+    def as_(self, scope: str, role: Role) -> httpx.AsyncClient:
+        return self.client(self.tokens[scope, role])
+
+
+async def issue_keys(ws: WriteSafe) -> dict[tuple[str, Role], str]:
+    store = ApiKeys(ws.ledger.engine)
+    tokens = {}
+    for scope in SCOPES:
+        for role in Role:
+            _, tokens[scope, role] = await create_api_key(
+                store, scope=scope, role=role, name=f"{scope}-{role.value}"
+            )
+    return tokens
+
+
+async def seed(ws: WriteSafe, scope: str, prefix: str = "") -> dict[str, Status]:
+    """One operation per status in `scope` (keys `<prefix>ok`, `<prefix>denied`, …); the tool's
+    lookup finds the `lost` order and cannot tell about the `stuck` one."""
+
+    async def find_order(op: Any) -> Found | Unknown:
+        # The shop did take the order whose response was lost; the stuck one nobody can tell.
+        return Found({"order_id": "o-found"}) if op.key.endswith("lost") else Unknown("no idea")
+
+    @ws.tool(f"{prefix}submit_order", lookup=find_order)
+    async def submit_order(order: dict[str, Any]) -> dict[str, Any]:
+        if order.get("fail"):
+            raise ToolError("ACCESS_DENIED", "the shop refused")
+        if order.get("lose"):
+            raise httpx.ReadTimeout("sent, then lost")
+        return {"order_id": f"o-{order['n']}", "sku": order.get("sku")}
+
+    await submit_order({"n": 1, "sku": "A1"}, idempotency_key=f"{prefix}ok", scope=scope)
+    for key, order in ((f"{prefix}denied", {"fail": True}), (f"{prefix}lost", {"lose": True})):
+        with contextlib.suppress(Exception):
+            await submit_order(order, idempotency_key=key, scope=scope)
+    with contextlib.suppress(Exception):
+        await submit_order({"lose": True}, idempotency_key=f"{prefix}stuck", scope=scope)
+    stuck = await ws.ledger.get(scope, f"{prefix}stuck")
+    assert stuck is not None
+    assert await ws.ledger.transition(stuck, Status.NEEDS_ATTENTION) is not None
+    return {
+        f"{prefix}ok": Status.SUCCEEDED,
+        f"{prefix}denied": Status.FAILED,
+        f"{prefix}lost": Status.OUTCOME_UNKNOWN,
+        f"{prefix}stuck": Status.NEEDS_ATTENTION,
+    }
+
+
+@contextlib.asynccontextmanager
+async def served(
+    app: FastAPI, transport: str
+) -> AsyncIterator[tuple[str, httpx.AsyncBaseTransport | None]]:
+    """The app reached in-process (`asgi`) or through a real uvicorn on 127.0.0.1:<ephemeral>."""
+    if transport == "asgi":
+        yield "http://service.test", httpx.ASGITransport(app=app)
+        return
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.bind(("127.0.0.1", 0))
+    port = sock.getsockname()[1]
+    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="off"))
+    task = asyncio.create_task(server.serve(sockets=[sock]))
+    try:
+        while not server.started:
+            if task.done():
+                task.result()
+            await asyncio.sleep(0.01)
+        yield f"http://127.0.0.1:{port}", None
+    finally:
+        server.should_exit = True
+        await task
+        sock.close()
+
+
+def assert_problem(
+    response: httpx.Response, status: int, code: str | None = None
+) -> dict[str, Any]:
+    assert response.status_code == status, response.text
+    assert response.headers["content-type"] == PROBLEM_MEDIA_TYPE
+    body = response.json()
+    assert body["status"] == status
+    assert isinstance(body["title"], str)
+    assert body["title"]
+    if code is None:
+        assert body["type"] == "about:blank"
+        assert "code" not in body
+    else:
+        assert body["code"] == code
+        assert body["schema"] == "writesafe.error/1"
+        assert body["type"].endswith(code)
+    return dict(body)

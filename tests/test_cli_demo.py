@@ -1,0 +1,38 @@
+"""`writesafe demo` tells the whole story and leaves no key executed twice."""
+
+from __future__ import annotations
+
+import json
+
+from typer.testing import CliRunner
+
+from reconciler.cli import app
+
+
+def test_demo_runs_the_story_without_a_second_order() -> None:
+    result = CliRunner().invoke(app, ["demo", "--json"])
+    assert result.exit_code == 0, result.output
+    story = json.loads(result.output)
+    answers = {(step["step"]): step["answer"] for step in story["steps"]}
+    operations = {operation["key"]: operation for operation in story["operations"]}
+    orders = story["shop_orders"]
+
+    assert answers["same key again"] == answers["first order"]
+    assert answers["20 concurrent duplicates"] == "one answer for all"
+    assert answers["same key, new payload"].startswith("KEY_REUSED")
+    assert answers["invalid postcode"].startswith("INPUT_INVALID")
+    assert answers["timeout after commit"].startswith("OUTCOME_UNKNOWN")
+    # The retry's lookup finds the order the shop committed and returns it: no second order.
+    assert answers["retry after timeout"] == f"result {orders['ord-5']}"
+    assert operations["ord-5"]["status"] == "succeeded"
+    assert operations["ord-5"]["executions"] == 1
+    assert operations["ord-3"]["executions"] == 2  # the busy shop was retried within bounds
+    assert operations["ord-4"]["executions"] == 1  # invalid input is not retried
+    assert sorted(orders) == ["ord-1", "ord-2", "ord-3", "ord-5"]  # one order per key
+
+
+def test_demo_prints_tables_for_people() -> None:
+    result = CliRunner().invoke(app, ["demo"])
+    assert result.exit_code == 0, result.output
+    assert "The ledger" in result.output
+    assert "no key ran twice" in result.output

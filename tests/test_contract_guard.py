@@ -1,0 +1,124 @@
+"""The contract inside the guard: adapters' envelopes and evidence reach the ledger, stated delays
+are honoured on the simulated clock, and one budget covers retries and continuations."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+import pytest
+
+from idempotency import WriteSafeError
+from ledger import AttemptKind, ManualClock
+from reconciler import Code, DownstreamError, ResponseAdapter, Rule, SideEffects
+from tests.conftest import MakeWriteSafe
+
+START = datetime(2026, 1, 1, tzinfo=UTC)
+
+ADAPTER = ResponseAdapter(
+    name="shop",
+    version="7",
+    rules=(
+        Rule(Code.INPUT_INVALID, status=422, body={"code": "BAD_SKU"}, field_from="field"),
+        Rule(Code.TEMP_UNAVAILABLE, status=503, retry_after_ms=100),
+    ),
+    fields={"item.sku": "sku"},
+)
+
+
+def executions(status: Any) -> list[Any]:
+    return [a for a in status.attempts if a.kind is AttemptKind.EXECUTION]
+
+
+async def test_stated_delay_is_honoured_and_evidence_is_kept(make_ws: MakeWriteSafe) -> None:
+    clock = ManualClock(START)
+    ws = make_ws(clock=clock)
+    answers = [
+        DownstreamError(503, "busy", headers={"Retry-After": "7", "Set-Cookie": "s=secret"}),
+        DownstreamError(
+            503,
+            "busy",
+            headers={
+                "Retry-After": "Thu, 01 Jan 2026 00:00:22 GMT",
+                "Date": "Thu, 01 Jan 2026 00:00:20 GMT",  # the server's clock: wait 2 s
+            },
+        ),
+    ]
+
+    @ws.tool("order", adapter=ADAPTER)
+    async def order(sku: str) -> dict[str, str]:
+        if answers:
+            raise answers.pop(0)
+        return {"sku": sku}
+
+    assert await order("A1", idempotency_key="k1") == {"sku": "A1"}
+    status = await ws.status("k1")
+    assert status is not None
+    runs = executions(status)
+    offsets = [(run.started_at - START).total_seconds() for run in runs]
+    assert offsets == [0, 7, 9]  # 7 s as stated, then 2 s by the server's own clock
+    first = runs[0]
+    assert first.code == Code.TEMP_UNAVAILABLE
+    assert first.error is not None
+    assert first.error.retry_after_ms == 7_000
+    assert first.evidence is not None
+    assert first.evidence["adapter"] == "shop/7"
+    assert first.evidence["status"] == 503
+    assert first.evidence["headers"] == {"retry-after": "7"}
+    assert first.evidence["body"] == {"excerpt": "busy", "bytes": 4, "truncated": False}
+
+
+async def test_malformed_body_fails_closed_in_one_execution(make_ws: MakeWriteSafe) -> None:
+    ws = make_ws(clock=ManualClock(START))
+    calls = 0
+
+    @ws.tool("order", adapter=ADAPTER)
+    async def order(sku: str) -> dict[str, str]:
+        nonlocal calls
+        calls += 1
+        raise DownstreamError(422, b'{"code": "BAD_SKU", "fie' + b"x" * 5_000_000)
+
+    with pytest.raises(WriteSafeError) as raised:
+        await order("A1", idempotency_key="k2")
+    envelope = raised.value.envelope
+    assert (envelope.code, envelope.retryable) == (Code.UNKNOWN_ERROR, False)
+    assert envelope.side_effects is SideEffects.UNKNOWN
+    assert calls == 1
+    status = await ws.status("k2")
+    assert status is not None
+    assert status.status == "outcome_unknown"
+    [run] = executions(status)
+    assert run.evidence is not None
+    assert len(run.evidence["body"]["excerpt"]) == 2048
+    assert run.evidence["body"]["bytes"] == 5_000_024
+    assert run.evidence["body"]["truncated"] is True
+
+
+async def test_retries_and_continuations_share_one_budget(make_ws: MakeWriteSafe) -> None:
+    ws = make_ws(clock=ManualClock(START))
+    seen: list[str] = []
+
+    @ws.tool("order", adapter=ADAPTER, max_executions=3)
+    async def order(sku: str) -> dict[str, str]:
+        seen.append(sku)
+        if len(seen) == 1:
+            raise DownstreamError(503)
+        raise DownstreamError(422, json={"code": "BAD_SKU", "field": "item.sku"})
+
+    # Execution 1 is unavailable, execution 2 (an automatic retry) rejects the sku.
+    with pytest.raises(WriteSafeError) as raised:
+        await order("A1", idempotency_key="k3")
+    assert (raised.value.envelope.code, raised.value.envelope.field) == ("INPUT_INVALID", "sku")
+    assert raised.value.envelope.operation is not None
+    assert raised.value.envelope.operation.attempts_left == 1
+    # A corrected sku continues: execution 3, the last of the budget.
+    with pytest.raises(WriteSafeError):
+        await order("A2", idempotency_key="k3")
+    # Another correction finds no budget left: the stored failure, nothing executed.
+    with pytest.raises(WriteSafeError) as raised:
+        await order("A3", idempotency_key="k3")
+    assert raised.value.envelope.code == Code.INPUT_INVALID
+    assert seen == ["A1", "A1", "A2"]
+    status = await ws.status("k3")
+    assert status is not None
+    assert (status.executions, status.attempts_left) == (3, 0)

@@ -1,0 +1,92 @@
+"""The schema: migrations match the models, upgrade is repeatable, a stale schema is refused."""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+
+import pytest
+from alembic.autogenerate import compare_metadata
+from alembic.runtime.migration import MigrationContext
+from sqlalchemy import Connection
+from typer.testing import CliRunner
+
+from idempotency import WriteSafe
+from ledger import Base, Ledger, LedgerNotMigrated, head_revision
+from reconciler.cli import app
+from tests.conftest import PG_URL
+
+
+def _differences(connection: Connection) -> list[object]:
+    context = MigrationContext.configure(
+        connection,
+        opts={"include_name": lambda name, kind, _parent: name != "writesafe_alembic_version"},
+    )
+    return list(compare_metadata(context, Base.metadata))
+
+
+async def _migrated_differences(ledger: Ledger) -> list[object]:
+    await ledger.migrate()
+    await ledger.migrate()  # a second upgrade is a no-op
+    async with ledger.engine.connect() as connection:
+        return await connection.run_sync(_differences)
+
+
+async def test_sqlite_migrations_match_the_models(tmp_path: Path) -> None:
+    ledger = Ledger.from_url(f"sqlite+aiosqlite:///{tmp_path / 'l.db'}")
+    try:
+        assert await _migrated_differences(ledger) == []
+    finally:
+        await ledger.close()
+
+
+async def test_postgres_migrations_match_the_models(pg_schema: str) -> None:
+    ledger = Ledger.from_url(PG_URL, schema=pg_schema)
+    try:
+        assert await _migrated_differences(ledger) == []
+    finally:
+        await ledger.close()
+
+
+async def test_embedded_default_creates_its_wal_file_by_itself(tmp_path: Path) -> None:
+    path = tmp_path / "embedded.db"
+    async with WriteSafe(f"sqlite+aiosqlite:///{path}") as ws:
+
+        @ws.tool("noop")
+        async def noop() -> int:
+            return 1
+
+        assert await noop(idempotency_key="k") == 1
+    with sqlite3.connect(path) as connection:
+        assert connection.execute("PRAGMA journal_mode").fetchone() == ("wal",)
+
+
+async def test_postgres_refuses_an_unmigrated_schema(pg_schema: str) -> None:
+    ws = WriteSafe(PG_URL, schema=pg_schema)
+
+    @ws.tool("noop")
+    async def noop() -> int:
+        raise AssertionError("must not execute")
+
+    try:
+        with pytest.raises(LedgerNotMigrated, match="writesafe db upgrade"):
+            await noop(idempotency_key="k")
+    finally:
+        await ws.close()
+
+
+def test_db_upgrade_command_migrates_postgres(pg_schema: str) -> None:
+    runner = CliRunner()
+    arguments = ["db", "upgrade", "--database-url", PG_URL, "--schema", pg_schema]
+    first = runner.invoke(app, arguments)
+    assert first.exit_code == 0, first.output
+    assert head_revision() in first.output
+    again = runner.invoke(app, arguments)
+    assert again.exit_code == 0, again.output
+
+
+def test_db_upgrade_reports_an_unreachable_database() -> None:
+    url = "postgresql+asyncpg://postgres@127.0.0.1:1/test"
+    result = CliRunner().invoke(app, ["db", "upgrade", "--database-url", url])
+    assert result.exit_code == 3
+    assert "could not be reached" in result.output

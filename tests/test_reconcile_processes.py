@@ -1,0 +1,429 @@
+"""Reconciliation with real processes: a worker killed mid-write, and many reconcilers at once.
+
+The downstream is a real table (a SQLite file, or the test's PostgreSQL schema), so effects and
+lookups are counted across processes. The reconciler runs as the real `writesafe` command.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import select as io_select
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import IO, Any
+
+import pytest
+from sqlalchemy import func, insert, select
+
+from idempotency import Status
+from ledger import Attempt, AttemptKind, Ledger, Operation, dumps_json
+from reconciler._single import SingleWorkerLock
+from tests.apps.shop_db import ShopDB
+from tests.conftest import PG_URL, run_sync
+
+ROOT = Path(__file__).resolve().parent.parent
+WRITESAFE = Path(sys.executable).with_name("writesafe")
+operations = Operation.__table__
+attempts = Attempt.__table__
+
+pytestmark = pytest.mark.slow
+
+
+@dataclass
+class Deployment:
+    """Where the ledger and the shop live, as environment for child processes."""
+
+    env: dict[str, str]
+    ledger_url: str
+    schema: str | None
+    shop: ShopDB
+
+    def ledger(self) -> Ledger:
+        return Ledger.from_url(self.ledger_url, schema=self.schema)
+
+    def run(self, *args: str, **options: Any) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            args, cwd=ROOT, env=self.env, capture_output=True, text=True, timeout=120, **options
+        )
+
+    def spawn(self, *args: str, extra: dict[str, str] | None = None) -> subprocess.Popen[str]:
+        return subprocess.Popen(
+            args,
+            cwd=ROOT,
+            env={**self.env, **(extra or {})},
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+
+
+def _deployment(backend: str, tmp_path: Path, request: pytest.FixtureRequest) -> Deployment:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("WRITESAFE_", "SHOP_"))}
+    env["PYTHONPATH"] = str(ROOT)
+    env["WRITESAFE_LEASE_SECONDS"] = "1"
+    schema: str | None
+    if backend == "sqlite":
+        ledger_url = f"sqlite+aiosqlite:///{tmp_path / 'ledger.db'}"
+        shop_url, schema = f"sqlite+aiosqlite:///{tmp_path / 'shop.db'}", None
+    else:
+        ledger_url, shop_url = PG_URL, PG_URL
+        schema = request.getfixturevalue("pg_schema")
+        env["WRITESAFE_DB_SCHEMA"] = env["SHOP_SCHEMA"] = schema
+    env["WRITESAFE_DATABASE_URL"], env["SHOP_DATABASE_URL"] = ledger_url, shop_url
+    deployment = Deployment(env, ledger_url, schema, ShopDB(shop_url, schema))
+
+    async def prepare() -> None:
+        ledger = deployment.ledger()
+        try:
+            await ledger.migrate()
+        finally:
+            await ledger.close()
+        await deployment.shop.create()
+
+    run_sync(prepare())
+    return deployment
+
+
+@pytest.fixture
+def deployment(
+    backend: str, tmp_path: Path, request: pytest.FixtureRequest
+) -> Iterator[Deployment]:
+    made = _deployment(backend, tmp_path, request)
+    yield made
+    run_sync(made.shop.close())
+
+
+@pytest.mark.parametrize(
+    "backend", ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)]
+)
+def test_a_worker_killed_after_the_commit_is_reconciled_by_the_cli(
+    deployment: Deployment, tmp_path: Path
+) -> None:
+    marker = tmp_path / "committed"
+    child = deployment.spawn(
+        sys.executable,
+        "-m",
+        "tests.apps.place_order",
+        "ord-kill",
+        "A1",
+        extra={"SHOP_HANG_AFTER_COMMIT": str(marker)},
+    )
+    deadline = time.monotonic() + 60
+    while not marker.exists():
+        assert child.poll() is None, child.communicate()
+        assert time.monotonic() < deadline, "the child never reached the downstream commit"
+        time.sleep(0.05)
+    os.kill(child.pid, signal.SIGKILL)
+    child.wait()
+
+    before = run_sync(_operation(deployment, "ord-kill"))
+    assert before["status"] == Status.IN_FLIGHT  # the ledger never heard how it ended
+    assert run_sync(deployment.shop.count_orders()) == 1
+    _wait_for_lease_expiry(before["lease_expires_at"])
+
+    reconciled = deployment.run(
+        str(WRITESAFE), "reconcile", "tests.apps.shop_app:ws", "--once", "--json"
+    )
+
+    assert reconciled.returncode == 0, reconciled.stderr
+    report = json.loads(reconciled.stdout)
+    assert {k: report[k] for k in ("examined", "found", "expired_leases", "errors")} == {
+        "examined": 1,
+        "found": 1,
+        "expired_leases": 1,
+        "errors": 0,
+    }
+    after = run_sync(_operation(deployment, "ord-kill"))
+    assert after["status"] == Status.SUCCEEDED
+    assert json.loads(after["result"]) == {"order_id": 1, "sku": "A1"}
+    # The caller retries in a new process: the found order comes back, nothing runs again.
+    retry = deployment.run(sys.executable, "-m", "tests.apps.place_order", "ord-kill", "A1")
+    assert retry.returncode == 0, retry.stderr
+    assert json.loads(retry.stdout) == {"order_id": 1, "sku": "A1"}
+    assert run_sync(deployment.shop.count_orders()) == 1
+    assert run_sync(deployment.shop.lookups_by_reference()) == {"ord-kill": 1}
+
+
+@pytest.mark.postgres
+@pytest.mark.parametrize("backend", ["postgres"])
+def test_four_reconcilers_resolve_two_thousand_operations_exactly_once(
+    deployment: Deployment,
+) -> None:
+    keys = [f"k{n:04d}" for n in range(2_000)]
+    present = keys[::2]
+    run_sync(_seed_unknown(deployment, keys))
+    run_sync(deployment.shop.seed(present, "A1"))
+
+    workers = [
+        deployment.spawn(
+            str(WRITESAFE),
+            "reconcile",
+            "tests.apps.shop_app:ws",
+            "--once",
+            "--json",
+            # Four lookups (and ledger connections) at a time per worker keep 4 workers well
+            # inside the shared server's max_connections.
+            extra={"SHOP_LOOKUP_LATENCY": "0.005", "WRITESAFE_RECONCILE_BATCH": "4"},
+        )
+        for _ in range(4)
+    ]
+    reports = []
+    for worker in workers:
+        stdout, stderr = worker.communicate(timeout=300)
+        assert worker.returncode == 0, stderr
+        reports.append(json.loads(stdout))
+
+    totals = {name: sum(r[name] for r in reports) for name in reports[0] if name != "seconds"}
+    unknown_reasons = run_sync(_unknown_reasons(deployment))
+    assert not unknown_reasons, unknown_reasons
+    assert totals == {
+        "examined": 2_000,
+        "found": 1_000,
+        "absent": 1_000,
+        "still_unknown": 0,
+        "escalated": 0,
+        "superseded": 0,
+        "errors": 0,
+        "expired_leases": 0,
+    }
+    print("examined per worker:", [r["examined"] for r in reports])
+    # One lookup per operation downstream, and one audited lookup attempt each in the ledger.
+    assert run_sync(deployment.shop.lookups_by_reference()) == dict.fromkeys(keys, 1)
+    ledger_view = run_sync(_ledger_view(deployment))
+    assert ledger_view["lookups_per_operation"] == {1: 2_000}
+    # Seeded at version 1: one claim and one transition each, so all at version 3.
+    assert ledger_view["versions"] == {3: 2_000}
+    assert ledger_view["statuses"] == {"succeeded": 1_000, "failed": 1_000}
+    assert ledger_view["succeeded_keys"] == set(present)
+
+
+async def _unknown_reasons(deployment: Deployment) -> dict[str, int]:
+    ledger = deployment.ledger()
+    try:
+        async with ledger.engine.connect() as conn:
+            query = select(attempts.c.evidence).where(attempts.c.outcome == "unknown")
+            rows = (await conn.execute(query)).scalars().all()
+    finally:
+        await ledger.close()
+    reasons: dict[str, int] = {}
+    for evidence in rows:
+        found = json.loads(evidence)
+        reason = str(found.get("reason") or found.get("message"))[:120]
+        reasons[reason] = reasons.get(reason, 0) + 1
+    return reasons
+
+
+def _wait_for_lease_expiry(lease_expires_at: datetime) -> None:
+    while datetime.now(UTC) <= lease_expires_at + timedelta(milliseconds=50):
+        time.sleep(0.1)
+
+
+async def _operation(deployment: Deployment, key: str) -> dict[str, Any]:
+    ledger = deployment.ledger()
+    try:
+        operation = await ledger.get("default", key)
+    finally:
+        await ledger.close()
+    assert operation is not None
+    return {
+        "status": operation.status,
+        "result": operation.result,
+        "lease_expires_at": operation.lease_expires_at,
+    }
+
+
+async def _seed_unknown(deployment: Deployment, keys: list[str]) -> None:
+    """Operations whose execution was sent a minute ago and whose outcome is unknown."""
+    now = datetime.now(UTC)
+    sent = now - timedelta(minutes=1)
+    rows = [
+        {
+            "scope": "default",
+            "key": key,
+            "tool": "submit_order",
+            "fingerprint": "0" * 64,
+            "status": Status.OUTCOME_UNKNOWN.value,
+            "version": 1,
+            "executions": 1,
+            "max_executions": 3,
+            "arguments": dumps_json({"sku": "A1"}),
+            "last_code": "OUTCOME_UNKNOWN",
+            "last_sent_at": sent,
+            "checks": 0,
+            "next_check_at": sent,
+            "created_at": sent,
+            "updated_at": sent,
+        }
+        for key in keys
+    ]
+    ledger = deployment.ledger()
+    try:
+        async with ledger.engine.begin() as conn:
+            await conn.execute(insert(operations), rows)
+    finally:
+        await ledger.close()
+
+
+async def _ledger_view(deployment: Deployment) -> dict[str, Any]:
+    ledger = deployment.ledger()
+    try:
+        async with ledger.engine.connect() as conn:
+            per_operation = (
+                select(func.count().label("n"))
+                .where(attempts.c.kind == AttemptKind.LOOKUP.value)
+                .group_by(attempts.c.operation_id)
+                .subquery()
+            )
+            lookups = (
+                await conn.execute(select(per_operation.c.n, func.count()).group_by("n"))
+            ).all()
+            versions = (
+                await conn.execute(
+                    select(operations.c.version, func.count()).group_by(operations.c.version)
+                )
+            ).all()
+            statuses = (
+                await conn.execute(
+                    select(operations.c.status, func.count()).group_by(operations.c.status)
+                )
+            ).all()
+            succeeded = (
+                await conn.execute(
+                    select(operations.c.key).where(operations.c.status == Status.SUCCEEDED.value)
+                )
+            ).scalars()
+            return {
+                "lookups_per_operation": dict(lookups),
+                "versions": dict(versions),
+                "statuses": dict(statuses),
+                "succeeded_keys": set(succeeded),
+            }
+    finally:
+        await ledger.close()
+
+
+# -- the command line, as operators run it -----------------------------------------------
+
+
+@pytest.mark.parametrize("backend", ["sqlite"])
+def test_writesafe_resolve_settles_needs_attention_on_the_record(deployment: Deployment) -> None:
+    run_sync(_seed_needs_attention(deployment, "ord-stuck"))
+    resolve = (str(WRITESAFE), "resolve", "ord-stuck", "--app", "tests.apps.shop_app:ws")
+    reason = ("--reason", "order 7 is in the shop's back office", "--actor", "alice")
+
+    resolved = deployment.run(
+        *resolve, "--outcome", "succeeded", "--result", '{"order_id": 7, "sku": "A1"}', *reason,
+        "--evidence", '{"ticket": "OPS-7"}', "--json",
+    )  # fmt: skip
+
+    assert resolved.returncode == 0, resolved.stderr
+    status = json.loads(resolved.stdout)
+    assert (status["status"], status["result"]) == ("succeeded", {"order_id": 7, "sku": "A1"})
+    operator = status["attempts"][-1]
+    assert (operator["kind"], operator["actor"], operator["reason"]) == (
+        "operator",
+        "alice",
+        "order 7 is in the shop's back office",
+    )
+    assert operator["evidence"]["operator_evidence"] == {"ticket": "OPS-7"}
+    again = deployment.run(*resolve, "--outcome", "failed", *reason)
+    assert again.returncode == 1
+    assert "only needs_attention operations are resolved" in _flat(again.stderr)
+    missing = deployment.run(
+        str(WRITESAFE), "resolve", "nope", "--app", "tests.apps.shop_app:ws",
+        "--outcome", "failed", *reason,
+    )  # fmt: skip
+    assert missing.returncode == 4
+    bad = deployment.run(*resolve, "--outcome", "succeeded", "--result", "{oops", *reason)
+    assert bad.returncode == 2
+    assert "--result is not valid JSON" in _flat(bad.stderr)
+
+
+@pytest.mark.parametrize("backend", ["sqlite"])
+def test_writesafe_reconcile_reports_and_refuses_clearly(deployment: Deployment) -> None:
+    run_sync(_seed_unknown(deployment, ["k1", "k2"]))
+    run_sync(deployment.shop.seed(["k1"], "A1"))
+    reconcile = (str(WRITESAFE), "reconcile", "tests.apps.shop_app:ws")
+
+    unknown_tool = deployment.run(*reconcile, "--tool", "nope")
+    assert unknown_tool.returncode == 2
+    assert "no tool named 'nope'" in _flat(unknown_tool.stderr)
+    database = Path(deployment.ledger_url.removeprefix("sqlite+aiosqlite:///"))
+    held = SingleWorkerLock(database)
+    held.acquire()
+    try:
+        busy = deployment.run(*reconcile, "--once")
+    finally:
+        held.release()
+    assert busy.returncode == 1
+    assert "one reconciler at a time" in _flat(busy.stderr)
+
+    done = deployment.run(*reconcile, "--once")
+
+    assert done.returncode == 0, done.stderr
+    assert "reconciliation" in done.stdout
+    rows = dict(line.strip("│ ").split("│")[:2] for line in done.stdout.splitlines() if "│" in line)
+    counts = {label.strip(): value.strip() for label, value in rows.items()}
+    assert (counts["examined"], counts["found (succeeded)"]) == ("2", "1")
+    assert counts["absent (failed, may continue)"] == "1"
+
+
+def _flat(text: str) -> str:
+    """The CLI's message without the line breaks rich puts in at the terminal width."""
+    return " ".join(text.split())
+
+
+async def _seed_needs_attention(deployment: Deployment, key: str) -> None:
+    await _seed_unknown(deployment, [key])
+    ledger = deployment.ledger()
+    try:
+        async with ledger.engine.begin() as conn:
+            await conn.execute(
+                operations.update()
+                .where(operations.c.key == key)
+                .values(status=Status.NEEDS_ATTENTION.value, next_check_at=None, checks=10)
+            )
+    finally:
+        await ledger.close()
+
+
+@pytest.mark.parametrize("backend", [pytest.param("postgres", marks=pytest.mark.postgres)])
+def test_a_watching_reconciler_outlives_a_ledger_outage(deployment: Deployment) -> None:
+    """With the ledger's table gone for a while, `--watch` keeps trying instead of exiting."""
+
+    async def execute(statement: str) -> None:
+        ledger = deployment.ledger()
+        try:
+            async with ledger.engine.begin() as connection:
+                await connection.exec_driver_sql(statement)
+        finally:
+            await ledger.close()
+
+    run_sync(execute("ALTER TABLE writesafe_operations RENAME TO writesafe_operations_away"))
+    worker = deployment.spawn(
+        str(WRITESAFE), "reconcile", "tests.apps.shop_app:ws", "--watch", "--interval", "0.1"
+    )
+    try:
+        assert worker.stderr is not None
+        first = _line_within(worker.stderr, 60)  # the first failed pass
+        assert "ledger unavailable" in first, first
+        time.sleep(2)  # a few more failed passes
+        assert worker.poll() is None, worker.communicate()
+    finally:
+        run_sync(execute("ALTER TABLE writesafe_operations_away RENAME TO writesafe_operations"))
+    worker.send_signal(signal.SIGTERM)
+    _, stderr = worker.communicate(timeout=60)
+    assert worker.returncode == 0, stderr
+
+
+def _line_within(stream: IO[str], seconds: float) -> str:
+    """The next line of a child's output, or "" if none comes in time."""
+    ready, _, _ = io_select.select([stream], [], [], seconds)
+    return stream.readline() if ready else ""

@@ -1,0 +1,225 @@
+"""Store faults: the ledger or Redis failing before, during and after a write."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Any
+
+import pytest
+from prometheus_client import REGISTRY
+from sqlalchemy import text
+
+from idempotency import Status, WriteSafe, WriteSafeError
+from ledger import ManualClock
+from tests.conftest import PG_URL, MakeWriteSafe
+
+
+async def _hide_ledger(ws: WriteSafe) -> None:
+    """A real store fault: every ledger statement on operations fails until restored."""
+    async with ws.ledger.engine.begin() as connection:
+        await connection.execute(
+            text("ALTER TABLE writesafe_operations RENAME TO writesafe_operations_away")
+        )
+
+
+async def _restore_ledger(ws: WriteSafe) -> None:
+    async with ws.ledger.engine.begin() as connection:
+        await connection.execute(
+            text("ALTER TABLE writesafe_operations_away RENAME TO writesafe_operations")
+        )
+
+
+async def test_unreachable_ledger_means_the_write_never_starts() -> None:
+    ws = WriteSafe("postgresql+asyncpg://postgres@127.0.0.1:1/test", auto_migrate=True)
+    executions = 0
+
+    @ws.tool("submit")
+    async def submit() -> None:
+        nonlocal executions
+        executions += 1
+
+    try:
+        with pytest.raises(WriteSafeError) as unavailable:
+            await submit(idempotency_key="k")
+    finally:
+        await ws.close()
+    envelope = unavailable.value.envelope
+    assert envelope.code == "TEMP_UNAVAILABLE"
+    assert envelope.side_effects == "none"
+    assert envelope.retryable is True
+    assert executions == 0
+
+
+async def test_ledger_lost_between_start_and_claim_fails_closed(make_ws: MakeWriteSafe) -> None:
+    ws = make_ws()
+    executions = 0
+
+    @ws.tool("submit")
+    async def submit(n: int) -> int:
+        nonlocal executions
+        executions += 1
+        return n
+
+    await submit(1, idempotency_key="warm-up")
+    await _hide_ledger(ws)
+    try:
+        with pytest.raises(WriteSafeError) as unavailable:
+            await submit(2, idempotency_key="k")
+    finally:
+        await _restore_ledger(ws)
+    assert unavailable.value.envelope.code == "TEMP_UNAVAILABLE"
+    assert unavailable.value.envelope.side_effects == "none"
+    assert executions == 1
+    assert await ws.status("k") is None
+
+
+async def test_ledger_lost_after_the_effect_is_outcome_unknown_not_a_retry_invitation(
+    make_ws: MakeWriteSafe,
+) -> None:
+    clock = ManualClock()
+    ws = make_ws(clock=clock, lease_seconds=30)
+    shop: list[int] = []
+
+    @ws.tool("submit")
+    async def submit(n: int) -> int:
+        shop.append(n)
+        await _hide_ledger(ws)  # the ledger goes away while the effect is committed
+        return n
+
+    with pytest.raises(WriteSafeError) as lost:
+        await submit(1, idempotency_key="k")
+    await _restore_ledger(ws)
+    assert lost.value.envelope.code == "OUTCOME_UNKNOWN"
+    assert lost.value.envelope.side_effects == "unknown"
+    status = await ws.status("k")
+    assert status is not None
+    assert status.status is Status.IN_FLIGHT  # its lease hands it to reconciliation
+    assert status.lease_expires_at is not None
+
+    clock.advance(31)
+    if ws.keystore is not None:  # Redis keeps real time: let its lease run out too
+        await ws.keystore.redis.delete(ws.keystore.keys("default", "k")[0])
+    with pytest.raises(WriteSafeError) as retry:
+        await submit(1, idempotency_key="k")
+    assert retry.value.envelope.code == "OUTCOME_UNKNOWN"
+    assert shop == [1]
+
+
+async def test_a_brief_ledger_outage_after_the_effect_is_ridden_out(
+    make_ws: MakeWriteSafe,
+) -> None:
+    ws = make_ws()
+    restored: list[asyncio.Task[None]] = []
+
+    @ws.tool("submit")
+    async def submit(n: int) -> int:
+        await _hide_ledger(ws)
+
+        async def restore_soon() -> None:
+            await asyncio.sleep(0.3)
+            await _restore_ledger(ws)
+
+        restored.append(asyncio.create_task(restore_soon()))
+        return n
+
+    assert await submit(5, idempotency_key="k") == 5
+    await restored[0]
+    status = await ws.status("k")
+    assert status is not None
+    assert status.status is Status.SUCCEEDED
+
+
+@pytest.mark.parametrize("backend", ["postgres+redis"])
+async def test_losing_every_redis_key_never_causes_a_second_execution(
+    make_ws: MakeWriteSafe,
+) -> None:
+    ws = make_ws()
+    assert ws.keystore is not None
+    executions = 0
+
+    @ws.tool("submit")
+    async def submit(n: int) -> int:
+        nonlocal executions
+        executions += 1
+        return n
+
+    assert await submit(7, idempotency_key="k") == 7
+    redis = ws.keystore.redis
+    keys = [key async for key in redis.scan_iter(match=f"{ws.keystore.prefix}:*")]
+    assert keys, "the finished operation was cached"
+    await redis.delete(*keys)
+    assert await submit(7, idempotency_key="k") == 7
+    assert executions == 1
+    refreshed = [key async for key in redis.scan_iter(match=f"{ws.keystore.prefix}:*")]
+    assert refreshed, "the replay from the ledger refilled the cache"
+
+
+@pytest.mark.parametrize("backend", ["postgres+redis"])
+async def test_a_cached_replay_and_a_reuse_answer_from_redis(make_ws: MakeWriteSafe) -> None:
+    ws = make_ws()
+    executions = 0
+
+    @ws.tool("submit")
+    async def submit(n: int) -> int:
+        nonlocal executions
+        executions += 1
+        return n
+
+    await submit(1, idempotency_key="k")
+    await _hide_ledger(ws)  # from here on only Redis can answer
+    try:
+        assert await submit(1, idempotency_key="k") == 1
+        with pytest.raises(WriteSafeError) as reused:
+            await submit(2, idempotency_key="k")
+    finally:
+        await _restore_ledger(ws)
+    assert reused.value.envelope.code == "KEY_REUSED"
+    assert reused.value.envelope.operation is not None
+    assert reused.value.envelope.operation.status == "succeeded"
+    assert executions == 1
+
+
+def _degraded() -> float:
+    total = 0.0
+    for metric in REGISTRY.collect():
+        if metric.name == "writesafe_store_degraded":
+            total += sum(s.value for s in metric.samples if s.name.endswith("_total"))
+    return total
+
+
+async def test_unreachable_redis_degrades_to_the_ledger(
+    pg_schema: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    before = _degraded()
+    ws = WriteSafe(PG_URL, "redis://127.0.0.1:1/0", schema=pg_schema, auto_migrate=True)
+    executions = 0
+
+    @ws.tool("submit")
+    async def submit(n: int) -> int:
+        nonlocal executions
+        executions += 1
+        return n
+
+    try:
+        assert await submit(3, idempotency_key="k") == 3
+        assert await submit(3, idempotency_key="k") == 3
+    finally:
+        await ws.close()
+    assert executions == 1
+    assert _degraded() > before
+    assert "redis unavailable" in caplog.text
+
+
+async def test_sqlite_default_needs_no_server(tmp_path: Path, monkeypatch: Any) -> None:
+    monkeypatch.delenv("WRITESAFE_REDIS_URL", raising=False)
+    monkeypatch.chdir(tmp_path)
+    async with WriteSafe() as ws:  # the embedded default: ./writesafe.db, no Redis
+
+        @ws.tool("submit")
+        async def submit(n: int) -> int:
+            return n
+
+        assert await submit(4, idempotency_key="k") == 4
+        assert ws.keystore is None
+    assert (tmp_path / "writesafe.db").exists()
