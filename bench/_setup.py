@@ -1,4 +1,4 @@
-"""Isolated stores for a benchmark run: its own PostgreSQL schema and Redis prefix, cleaned up.
+"""Isolated stores for a benchmark run: own PostgreSQL schema, Redis prefix and SQLite directory.
 
 The machine's servers are shared with other work, so a benchmark never flushes or restarts them:
 it creates `bench_<name>_<id>` and `bench:<name>:<id>:*` and removes exactly those afterwards.
@@ -7,10 +7,13 @@ it creates `bench_<name>_<id>` and `bench:<name>:<id>:*` and removes exactly tho
 from __future__ import annotations
 
 import os
+import shutil
+import tempfile
 import uuid
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
+from pathlib import Path
 
 import asyncpg
 from redis.asyncio import Redis
@@ -29,6 +32,7 @@ def asyncpg_dsn(url: str) -> str:
 class Isolation:
     schema: str
     redis_prefix: str
+    workdir: Path  # for SQLite files; removed with the rest
 
 
 @asynccontextmanager
@@ -37,7 +41,8 @@ async def isolated(
 ) -> AsyncIterator[Isolation]:
     """A fresh schema and key prefix for one run; both are dropped on the way out."""
     run = uuid.uuid4().hex[:8]
-    isolation = Isolation(schema=f"bench_{name}_{run}", redis_prefix=f"bench:{name}:{run}")
+    workdir = Path(tempfile.mkdtemp(prefix=f"bench-{name}-"))
+    isolation = Isolation(f"bench_{name}_{run}", f"bench:{name}:{run}", workdir)
     connection = await asyncpg.connect(asyncpg_dsn(pg_url))
     try:
         await connection.execute(f'CREATE SCHEMA "{isolation.schema}"')
@@ -46,6 +51,7 @@ async def isolated(
     try:
         yield isolation
     finally:
+        shutil.rmtree(workdir, ignore_errors=True)
         connection = await asyncpg.connect(asyncpg_dsn(pg_url))
         try:
             await connection.execute(f'DROP SCHEMA "{isolation.schema}" CASCADE')

@@ -14,9 +14,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import tempfile
 import time
-from pathlib import Path
 from typing import Any
 
 import aiosqlite
@@ -87,7 +85,7 @@ async def _timed(call: Any) -> tuple[Any, float]:
 
 async def run(args: argparse.Namespace) -> dict[str, Any]:
     async with isolated("guard", args.database_url, args.redis_url) as iso:
-        workdir = Path(tempfile.mkdtemp(prefix="bench-guard-"))
+        workdir = iso.workdir
         pg = await asyncpg.connect(
             asyncpg_dsn(args.database_url), server_settings={"search_path": iso.schema}
         )

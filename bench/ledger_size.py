@@ -15,7 +15,6 @@ import argparse
 import asyncio
 import json
 import random
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -130,7 +129,6 @@ def _samples(tool: Tool[dict[str, Any]], label: str, size: int) -> list[Series]:
 async def run(args: argparse.Namespace) -> dict[str, Any]:
     sizes = sorted(int(s) for s in args.sizes.split(","))
     backends = args.backends.split(",")
-    workdir = Path(tempfile.mkdtemp(prefix="bench-ledger-size-"))
     fills: dict[str, float] = {}
     async with isolated("lsize", args.database_url, args.redis_url) as iso:
         schemas = {size: f"{iso.schema}_{size}" for size in sizes}
@@ -139,7 +137,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             for schema in schemas.values():
                 await connection.execute(f'CREATE SCHEMA "{schema}"')
             try:
-                return await _measure(args, sizes, backends, schemas, workdir, fills)
+                return await _measure(args, sizes, backends, schemas, iso.workdir, fills)
             finally:
                 for schema in schemas.values():
                     await connection.execute(f'DROP SCHEMA "{schema}" CASCADE')

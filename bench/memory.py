@@ -13,10 +13,8 @@ import argparse
 import asyncio
 import gc
 import json
-import tempfile
 import tracemalloc
 from collections.abc import Awaitable, Callable
-from pathlib import Path
 from typing import Any
 
 import psutil
@@ -75,8 +73,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     tracemalloc.start()
     async with isolated("memory", args.database_url, args.redis_url) as iso:
         if args.backend == "embedded":
-            path = Path(tempfile.mkdtemp(prefix="bench-memory-")) / "ledger.db"
-            ws = WriteSafe(f"sqlite+aiosqlite:///{path}")
+            ws = WriteSafe(f"sqlite+aiosqlite:///{iso.workdir / 'ledger.db'}")
         else:
             redis_url = args.redis_url if args.backend == "pg+redis" else None
             ws = WriteSafe(

@@ -187,8 +187,7 @@ async def _prepare(args: argparse.Namespace, schema: str, sqlite_path: Path) -> 
 
 async def _isolated_run(args: argparse.Namespace) -> dict[str, Any]:
     async with isolated("throughput", args.database_url, args.redis_url) as iso:
-        workdir = Path(__import__("tempfile").mkdtemp(prefix="bench-throughput-"))
-        sqlite_path = workdir / "ledger.db"
+        sqlite_path = iso.workdir / "ledger.db"
         await _prepare(args, iso.schema, sqlite_path)
         base = Job(
             kind="guard",
