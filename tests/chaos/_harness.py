@@ -38,7 +38,7 @@ PG_URL = os.environ.get(
 ROOT = Path(__file__).resolve().parents[2]
 SETTLE_TIMEOUT = 120.0
 MAX_RECONCILER_RESTARTS = 200
-MIN_WORKER_LIFETIME = 10.0
+MIN_WORKER_LIFETIME = 4.0
 
 
 @dataclass
@@ -254,13 +254,16 @@ class FaultDriver:
             if not kinds:
                 kinds = list(DriverFault)
                 self.rng.shuffle(kinds)
-            await self.inject(kinds.pop())
+            kind = kinds.pop()
+            if not await self.inject(kind):
+                kinds.insert(0, kind)  # not possible yet (no worker old enough): try it later
 
-    async def inject(self, kind: DriverFault) -> None:
+    async def inject(self, kind: DriverFault) -> bool:
+        """Inject one fault; False when it cannot be injected right now."""
         if kind is DriverFault.KILL_WORKER:
             killable = self.workers.killable()
             if not killable:
-                return
+                return False
             victim = self.workers.processes[self.rng.choice(killable)]
             victim.kill()
         elif kind is DriverFault.RESTART_REDIS:
@@ -282,6 +285,7 @@ class FaultDriver:
             finally:
                 os.kill(self.servers.shop.pid, signal.SIGCONT)
         self.report.driver_faults[kind.value] += 1
+        return True
 
 
 async def _create_role(pg_url: str, role: str) -> None:
