@@ -10,9 +10,21 @@ import pytest
 from prometheus_client import REGISTRY
 from sqlalchemy import text
 
-from idempotency import Status, WriteSafe, WriteSafeError
+from idempotency import Status, Tool, WriteSafe, WriteSafeError
 from ledger import ManualClock
 from tests.conftest import PG_URL, MakeWriteSafe
+
+
+def echo_tool(ws: WriteSafe) -> tuple[Tool[int], list[int]]:
+    """A tool that returns its argument, and the list of its executions (its effects)."""
+    effects: list[int] = []
+
+    @ws.tool("submit")
+    async def submit(n: int) -> int:
+        effects.append(n)
+        return n
+
+    return submit, effects
 
 
 async def _hide_ledger(ws: WriteSafe) -> None:
@@ -53,13 +65,7 @@ async def test_unreachable_ledger_means_the_write_never_starts() -> None:
 
 async def test_ledger_lost_between_start_and_claim_fails_closed(make_ws: MakeWriteSafe) -> None:
     ws = make_ws()
-    executions = 0
-
-    @ws.tool("submit")
-    async def submit(n: int) -> int:
-        nonlocal executions
-        executions += 1
-        return n
+    submit, effects = echo_tool(ws)
 
     await submit(1, idempotency_key="warm-up")
     await _hide_ledger(ws)
@@ -70,7 +76,7 @@ async def test_ledger_lost_between_start_and_claim_fails_closed(make_ws: MakeWri
         await _restore_ledger(ws)
     assert unavailable.value.envelope.code == "TEMP_UNAVAILABLE"
     assert unavailable.value.envelope.side_effects == "none"
-    assert executions == 1
+    assert len(effects) == 1
     assert await ws.status("k") is None
 
 
@@ -136,13 +142,7 @@ async def test_losing_every_redis_key_never_causes_a_second_execution(
 ) -> None:
     ws = make_ws()
     assert ws.keystore is not None
-    executions = 0
-
-    @ws.tool("submit")
-    async def submit(n: int) -> int:
-        nonlocal executions
-        executions += 1
-        return n
+    submit, effects = echo_tool(ws)
 
     assert await submit(7, idempotency_key="k") == 7
     redis = ws.keystore.redis
@@ -150,7 +150,7 @@ async def test_losing_every_redis_key_never_causes_a_second_execution(
     assert keys, "the finished operation was cached"
     await redis.delete(*keys)
     assert await submit(7, idempotency_key="k") == 7
-    assert executions == 1
+    assert len(effects) == 1
     refreshed = [key async for key in redis.scan_iter(match=f"{ws.keystore.prefix}:*")]
     assert refreshed, "the replay from the ledger refilled the cache"
 
@@ -158,13 +158,7 @@ async def test_losing_every_redis_key_never_causes_a_second_execution(
 @pytest.mark.parametrize("backend", ["postgres+redis"])
 async def test_a_cached_replay_and_a_reuse_answer_from_redis(make_ws: MakeWriteSafe) -> None:
     ws = make_ws()
-    executions = 0
-
-    @ws.tool("submit")
-    async def submit(n: int) -> int:
-        nonlocal executions
-        executions += 1
-        return n
+    submit, effects = echo_tool(ws)
 
     await submit(1, idempotency_key="k")
     await _hide_ledger(ws)  # from here on only Redis can answer
@@ -177,7 +171,7 @@ async def test_a_cached_replay_and_a_reuse_answer_from_redis(make_ws: MakeWriteS
     assert reused.value.envelope.code == "KEY_REUSED"
     assert reused.value.envelope.operation is not None
     assert reused.value.envelope.operation.status == "succeeded"
-    assert executions == 1
+    assert len(effects) == 1
 
 
 def _degraded() -> float:
@@ -193,20 +187,14 @@ async def test_unreachable_redis_degrades_to_the_ledger(
 ) -> None:
     before = _degraded()
     ws = WriteSafe(PG_URL, "redis://127.0.0.1:1/0", schema=pg_schema, auto_migrate=True)
-    executions = 0
-
-    @ws.tool("submit")
-    async def submit(n: int) -> int:
-        nonlocal executions
-        executions += 1
-        return n
+    submit, effects = echo_tool(ws)
 
     try:
         assert await submit(3, idempotency_key="k") == 3
         assert await submit(3, idempotency_key="k") == 3
     finally:
         await ws.close()
-    assert executions == 1
+    assert len(effects) == 1
     assert _degraded() > before
     assert "redis unavailable" in caplog.text
 
