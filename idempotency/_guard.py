@@ -25,10 +25,12 @@ from tenacity import (
     wait_exponential,
 )
 
+from idempotency._attempts import attempt
 from idempotency._context import OperationContext, reset_current, set_current
 from idempotency._errors import WriteSafeError
 from idempotency._gate import Resumed, replay_gate
 from idempotency._keystore import LeaseState, RedisKeyStore
+from idempotency._leases import HeldLease, LeaseKeeper
 from idempotency._metrics import (
     CALL_SECONDS,
     CALLS,
@@ -116,9 +118,13 @@ class Guard:
         self.keystore = keystore
         self.codes = codes
         self.settings = settings
+        self._leases = LeaseKeeper(ledger, keystore, settings.lease_seconds, LEDGER_ERRORS)
         # In-process single flight: same-key, same-payload calls in this process wait on the
         # first one's future instead of polling the stores.
         self._local: dict[tuple[str, str], tuple[str, asyncio.Future[None]]] = {}
+
+    async def close(self) -> None:
+        await self._leases.close()
 
     async def call(self, call: GuardedCall) -> Any:
         value, _ = await self.run(call)
@@ -180,9 +186,7 @@ class Guard:
 
     async def _attempt(self, call: GuardedCall) -> _Answer | _Busy:
         owner = uuid.uuid4().hex
-        # The Redis lease token names the payload too, so a busy lease tells a duplicate from a
-        # different payload that the ledger must judge (KEY_REUSED or a continuation).
-        token = f"{owner}/{call.fingerprint}"
+        token = _store_token(owner, call.fingerprint)
         holds_store_lease = False
         answer: _Answer | _Busy | None = None
         if self.keystore is not None:
@@ -212,16 +216,10 @@ class Guard:
 
     async def _claim(self, call: GuardedCall, owner: str) -> Claim:
         intent = self._intent(call, owner)
+        # One retry covers a pooled connection that died since its last use. Retrying a claim
+        # is safe: if the first one committed, the row carries our owner token.
         try:
-            # One retry covers a pooled connection that died since its last use. Retrying a
-            # claim is safe: if the first one committed, the row carries our owner token.
-            async for attempt in AsyncRetrying(
-                stop=stop_after_attempt(2),
-                retry=retry_if_exception_type(LEDGER_ERRORS),
-                reraise=True,
-            ):
-                with attempt:
-                    return await self.ledger.claim(intent)
+            return await attempt(lambda: self.ledger.claim(intent), _retry_claim)
         except LEDGER_ERRORS as error:
             logger.warning("ledger unavailable before the write (%s)", type(error).__name__)
             raise WriteSafeError(
@@ -232,7 +230,6 @@ class Guard:
                     side_effects=SideEffects.NONE,
                 )
             ) from error
-        raise AssertionError("unreachable: the retry loop returns or raises")
 
     def _intent(self, call: GuardedCall, owner: str) -> Intent:
         return Intent(
@@ -312,28 +309,35 @@ class Guard:
 
     async def _execute(self, call: GuardedCall, operation: OperationRecord, owner: str) -> _Answer:
         """Run the write under its lease, retrying automatically only where no effect is proven."""
-        renewer = asyncio.create_task(self._keep_lease(call, operation, owner))
         failure: _Retryable | None = None
-        try:
-            async for attempt in AsyncRetrying(
+
+        async def execution() -> _Answer:
+            nonlocal operation, failure
+            if failure is not None:
+                operation = await self._next_execution(call, operation, owner, failure)
+            try:
+                return await self._execute_once(call, operation, owner)
+            except _Retryable as retryable:
+                failure = retryable
+                raise
+
+        lease = HeldLease(
+            operation.id, owner, call.scope, call.key, _store_token(owner, call.fingerprint)
+        )
+        self._leases.hold(lease)
+
+        def retrying() -> AsyncRetrying:
+            return AsyncRetrying(
                 retry=retry_if_exception_type(_Retryable),
                 wait=call.tool.retry_policy.wait(),
                 sleep=self.ledger.clock.sleep,
                 reraise=True,
-            ):
-                with attempt:
-                    if failure is not None:
-                        operation = await self._next_execution(call, operation, owner, failure)
-                    try:
-                        return await self._execute_once(call, operation, owner)
-                    except _Retryable as retryable:
-                        failure = retryable
-                        raise
+            )
+
+        try:
+            return await attempt(execution, retrying)
         finally:
-            renewer.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await renewer
-        raise AssertionError("unreachable: the retry loop returns or raises")
+            self._leases.release(lease)
 
     async def _execute_once(
         self, call: GuardedCall, operation: OperationRecord, owner: str
@@ -431,18 +435,25 @@ class Guard:
         """Write the outcome, retrying the ledger briefly; None if it could not be recorded."""
         EXECUTIONS.labels(call.tool.name, outcome.status.value).inc()
         tries = 0
-        try:
-            async for attempt in AsyncRetrying(
+
+        async def record() -> OperationRecord | None:
+            nonlocal tries
+            tries += 1
+            recorded = await self.ledger.finish(operation, owner, outcome)
+            if recorded is None and tries > 1:
+                recorded = await self._committed_earlier(operation, outcome)
+            return recorded
+
+        def retrying() -> AsyncRetrying:
+            return AsyncRetrying(
                 stop=stop_after_delay(self.settings.record_retry_seconds) | stop_after_attempt(6),
                 wait=wait_exponential(multiplier=0.05, max=0.5),
                 retry=retry_if_exception_type(LEDGER_ERRORS),
                 reraise=True,
-            ):
-                with attempt:
-                    tries += 1
-                    recorded = await self.ledger.finish(operation, owner, outcome)
-                    if recorded is None and tries > 1:
-                        recorded = await self._committed_earlier(operation, outcome)
+            )
+
+        try:
+            recorded = await attempt(record, retrying)
         except LEDGER_ERRORS as error:
             logger.error(
                 "could not record the outcome of %s/%s (%s); its lease will hand it to "
@@ -475,20 +486,6 @@ class Guard:
         ):
             return row
         return None
-
-    async def _keep_lease(self, call: GuardedCall, operation: OperationRecord, owner: str) -> None:
-        """Renew the lease while a long write runs; stop once it is lost."""
-        lease = self.settings.lease_seconds
-        while True:
-            await asyncio.sleep(lease / 3)
-            try:
-                kept = await self.ledger.renew_lease(operation, owner, lease)
-            except LEDGER_ERRORS:
-                continue
-            if not kept:
-                return
-            if self.keystore is not None:
-                await self.keystore.renew(call.scope, call.key, owner, lease)
 
     def _classify(
         self, call: GuardedCall, error: BaseException, *, timed_out: bool
@@ -575,6 +572,18 @@ class Guard:
 
 def _stored_envelope(operation: OperationRecord) -> ErrorEnvelope | None:
     return None if operation.error is None else ErrorEnvelope.model_validate_json(operation.error)
+
+
+def _retry_claim() -> AsyncRetrying:
+    return AsyncRetrying(
+        stop=stop_after_attempt(2), retry=retry_if_exception_type(LEDGER_ERRORS), reraise=True
+    )
+
+
+def _store_token(owner: str, fingerprint: str) -> str:
+    """The Redis lease token names the payload too, so a busy lease tells a duplicate from a
+    different payload that the ledger must judge (KEY_REUSED or a continuation)."""
+    return f"{owner}/{fingerprint}"
 
 
 def _same_payload(lease_token: str | None, fingerprint: str) -> bool:

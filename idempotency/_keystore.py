@@ -10,7 +10,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from enum import Enum
 from typing import TypeVar
@@ -113,12 +113,18 @@ class RedisKeyStore:
         args: list[str | int] = [owner, cached or "", self._outcome_ttl_ms]
         await self._guarded("finish", lambda: self._finish(keys=self.keys(scope, key), args=args))
 
-    async def renew(self, scope: str, key: str, owner: str, lease_seconds: float) -> bool:
-        lease_key = self.keys(scope, key)[0]
-        reply = await self._guarded(
-            "renew", lambda: self._renew(keys=[lease_key], args=[owner, _ms(lease_seconds)])
-        )
-        return bool(reply)
+    async def renew(self, leases: Sequence[tuple[str, str, str]], lease_seconds: float) -> None:
+        """Extend the leases `(scope, key, token)` still held by their token, in one round trip."""
+
+        async def renew_all() -> None:
+            async with self.redis.pipeline(transaction=False) as pipe:
+                for scope, key, token in leases:
+                    lease_key = self.keys(scope, key)[0]
+                    await self._renew(keys=[lease_key], args=[token, ms], client=pipe)
+                await pipe.execute()
+
+        ms = _ms(lease_seconds)
+        await self._guarded("renew", renew_all)
 
     async def ping(self) -> bool:
         try:

@@ -231,6 +231,7 @@ class WriteSafe:
         return self._guard
 
     async def close(self) -> None:
+        await self._guard.close()
         if self._reconciler is not None:
             self._reconciler.close()
         if self.keystore is not None:

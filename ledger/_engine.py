@@ -10,6 +10,9 @@ from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
 DEFAULT_DATABASE_URL = "sqlite+aiosqlite:///writesafe.db"
 
+# How long a PostgreSQL statement may run before the driver gives up on it (seconds).
+_STATEMENT_TIMEOUT = 10.0
+
 # How long a SQLite writer waits for the database lock before giving up (seconds).
 _SQLITE_BUSY_TIMEOUT = 30.0
 
@@ -23,7 +26,7 @@ def create_engine(
     *,
     schema: str | None = None,
     connect_timeout: float = 5.0,
-    statement_timeout: float = 10.0,
+    statement_timeout: float = _STATEMENT_TIMEOUT,
     pool_size: int = 10,
 ) -> AsyncEngine:
     """Create the ledger's engine; `schema` (PostgreSQL only) isolates the ledger's tables."""
@@ -44,17 +47,37 @@ def create_engine(
 def _postgres_engine(
     url: URL, schema: str | None, connect_timeout: float, statement_timeout: float, pool_size: int
 ) -> AsyncEngine:
-    connect_args: dict[str, Any] = {
-        "timeout": connect_timeout,
-        "command_timeout": statement_timeout,
-    }
-    if schema is not None:
-        connect_args["server_settings"] = {"search_path": schema}
+    connect_args = _session_options(schema, connect_timeout, statement_timeout)
     # Calls beyond the pool queue for a connection rather than opening more: PostgreSQL's
     # connection limit is shared by every worker.
     return create_async_engine(
         url, connect_args=connect_args, pool_size=pool_size, max_overflow=pool_size
     )
+
+
+def postgres_connect_options(
+    url: str | URL,
+    *,
+    schema: str | None = None,
+    connect_timeout: float = 5.0,
+    statement_timeout: float = _STATEMENT_TIMEOUT,
+) -> dict[str, Any]:
+    """`asyncpg.connect` keyword arguments for the connections `create_engine` would open."""
+    parsed = make_url(url)
+    return {
+        **parsed.translate_connect_args(username="user", database="database"),
+        **parsed.query,
+        **_session_options(schema, connect_timeout, statement_timeout),
+    }
+
+
+def _session_options(
+    schema: str | None, connect_timeout: float, statement_timeout: float
+) -> dict[str, Any]:
+    options: dict[str, Any] = {"timeout": connect_timeout, "command_timeout": statement_timeout}
+    if schema is not None:
+        options["server_settings"] = {"search_path": schema}
+    return options
 
 
 def _sqlite_engine(url: URL) -> AsyncEngine:

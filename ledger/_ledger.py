@@ -11,12 +11,11 @@ import builtins
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Any, cast
+from typing import Any
 
 from sqlalchemy import (
     ColumnElement,
     Select,
-    Table,
     and_,
     column,
     func,
@@ -27,19 +26,24 @@ from sqlalchemy import (
     values,
 )
 from sqlalchemy import cast as sql_cast
-from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import URL
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from ledger._clock import Clock, SystemClock
-from ledger._engine import create_engine, is_sqlite
+from ledger._engine import create_engine, is_sqlite, postgres_connect_options
 from ledger._migrations import ensure_current, upgrade
-from ledger._models import Attempt, Operation
+from ledger._pg_writer import PostgresWriter
 from ledger._records import AttemptKind, AttemptRecord, OperationRecord
 from ledger._states import Status, check_transition
-
-operations = cast(Table, Operation.__table__)
-attempts = cast(Table, Attempt.__table__)
+from ledger._writer import (
+    Change,
+    ClosedExecution,
+    TransactionWriter,
+    Writer,
+    attempts,
+    compare_and_set,
+    operations,
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,10 +95,13 @@ class Outcome:
 class Ledger:
     """The source of truth for operations; thin, async, and safe to share across tasks."""
 
-    def __init__(self, engine: AsyncEngine, clock: Clock | None = None) -> None:
+    def __init__(
+        self, engine: AsyncEngine, clock: Clock | None = None, writer: Writer | None = None
+    ) -> None:
         self.engine = engine
         self.clock: Clock = clock or SystemClock()
-        self._insert: Any = sqlite.insert if is_sqlite(engine) else postgresql.insert
+        # The guard's hot writes; everything else (reads, reconciliation) goes through `engine`.
+        self.writer: Writer = writer or TransactionWriter(engine)
 
     @classmethod
     def from_url(
@@ -109,7 +116,10 @@ class Ledger:
         engine = create_engine(
             url, schema=schema, connect_timeout=connect_timeout, pool_size=pool_size
         )
-        return cls(engine, clock)
+        if is_sqlite(engine):
+            return cls(engine, clock)
+        options = postgres_connect_options(url, schema=schema, connect_timeout=connect_timeout)
+        return cls(engine, clock, PostgresWriter(options, pool_size))
 
     @property
     def is_sqlite(self) -> bool:
@@ -124,13 +134,13 @@ class Ledger:
         await ensure_current(self.engine)
 
     async def close(self) -> None:
+        await self.writer.close()
         await self.engine.dispose()
 
     # -- reads ---------------------------------------------------------------------------
 
     async def get(self, scope: str, key: str) -> OperationRecord | None:
-        async with self.engine.connect() as conn:
-            return await _fetch(conn, scope, key)
+        return await self.writer.fetch(scope, key)
 
     async def attempts(self, operation_id: int) -> list[AttemptRecord]:
         query = (
@@ -197,25 +207,16 @@ class Ledger:
     async def claim(self, intent: Intent) -> Claim:
         """Insert the intent as a new `in_flight` operation, or return the row holding the key.
 
-        One transaction: the unique `(scope, key)` constraint decides between concurrent claimers.
+        The unique `(scope, key)` constraint decides between concurrent claimers; the winner's
+        operation row and first execution attempt are written atomically.
         """
-        now = self.clock.now()
-        row = _operation_values(intent, now)
-        statement = (
-            self._insert(operations)
-            .values(**row)
-            .on_conflict_do_nothing(index_elements=["scope", "key"])
-            .returning(operations)
-        )
-        async with self.engine.begin() as conn:
-            inserted = (await conn.execute(statement)).mappings().first()
-            if inserted is None:
-                existing = await _fetch(conn, intent.scope, intent.key)
-                assert existing is not None, "a conflicting row exists inside this transaction"
-                return Claim(existing, created=False)
-            operation = OperationRecord.from_row(inserted)
-            await _start_execution(conn, operation, intent, now)
-        return Claim(operation, created=True)
+        created = await self.writer.claim(_operation_values(intent, self.clock.now()))
+        if created is not None:
+            return Claim(created, created=True)
+        # Operations are never deleted, so the row that won the conflict is there to read.
+        existing = await self.writer.fetch(intent.scope, intent.key)
+        assert existing is not None, "a conflicting row exists"
+        return Claim(existing, created=False)
 
     async def restart(self, current: OperationRecord, intent: Intent) -> OperationRecord | None:
         """Begin another execution of a `failed` or `outcome_unknown` operation (a continuation).
@@ -236,12 +237,7 @@ class Ledger:
             "next_check_at": None,
             "checks": 0,
         }
-        async with self.engine.begin() as conn:
-            row = await _compare_and_set(conn, current, values, now)
-            if row is None:
-                return None
-            await _start_execution(conn, row, intent, now)
-        return row
+        return await self.writer.change(Change(current, values, now, opens=True))
 
     async def finish(
         self, current: OperationRecord, owner: str, outcome: Outcome
@@ -262,11 +258,8 @@ class Ledger:
         }
         if outcome.status is Status.OUTCOME_UNKNOWN:
             values["next_check_at"] = now
-        async with self.engine.begin() as conn:
-            row = await _compare_and_set(conn, current, values, now, owner=owner)
-            outcome_label = outcome.status.value if row is not None else "fenced"
-            await _finish_execution(conn, current, owner, outcome, outcome_label, now)
-        return row
+        closes = ClosedExecution(owner, outcome.status.value, outcome.attempt_values, now)
+        return await self.writer.change(Change(current, values, now, owner=owner, closes=closes))
 
     async def retry(
         self,
@@ -290,28 +283,22 @@ class Ledger:
             "error": failed.error,
             "last_code": failed.code,
         }
-        async with self.engine.begin() as conn:
-            row = await _compare_and_set(conn, current, values, now, owner=intent.owner)
-            label = Status.FAILED.value if row is not None else "fenced"
-            await _finish_execution(conn, current, intent.owner, failed, label, failed_at)
-            if row is not None:
-                await _start_execution(conn, row, intent, now)
-        return row
-
-    async def renew_lease(self, current: OperationRecord, owner: str, seconds: float) -> bool:
-        """Extend the owner's lease; False once it was lost (the owner can no longer record)."""
-        until = self.clock.now() + timedelta(seconds=seconds)
-        statement = (
-            update(operations)
-            .where(
-                operations.c.id == current.id,
-                operations.c.status == Status.IN_FLIGHT.value,
-                operations.c.lease_owner == owner,
-            )
-            .values(lease_expires_at=until)
+        closes = ClosedExecution(
+            intent.owner, Status.FAILED.value, failed.attempt_values, failed_at
         )
-        async with self.engine.begin() as conn:
-            return (await conn.execute(statement)).rowcount == 1
+        change = Change(current, values, now, owner=intent.owner, closes=closes, opens=True)
+        return await self.writer.change(change)
+
+    async def renew_leases(self, leases: Mapping[int, str], seconds: float) -> set[int]:
+        """Extend the `in_flight` leases `{operation id: owner}` by `seconds`, in one statement.
+
+        Returns the ids whose owner still held the lease; an owner missing from it has lost its
+        lease and can no longer record its outcome.
+        """
+        if not leases:
+            return set()
+        until = self.clock.now() + timedelta(seconds=seconds)
+        return await self.writer.renew(leases, until)
 
     async def expire(self, current: OperationRecord) -> OperationRecord | None:
         """Turn an `in_flight` operation whose lease ran out into `outcome_unknown`."""
@@ -327,7 +314,7 @@ class Ledger:
             "next_check_at": now,
         }
         async with self.engine.begin() as conn:
-            return await _compare_and_set(conn, current, values, now)
+            return await compare_and_set(conn, current, values, now)
 
     async def transition(
         self, current: OperationRecord, target: Status, **values: Any
@@ -336,7 +323,7 @@ class Ledger:
         check_transition(current.status, target)
         now = self.clock.now()
         async with self.engine.begin() as conn:
-            return await _compare_and_set(conn, current, {"status": target.value, **values}, now)
+            return await compare_and_set(conn, current, {"status": target.value, **values}, now)
 
     async def record_attempt(self, operation_id: int, kind: AttemptKind, **values: Any) -> None:
         """Append an audited non-execution attempt (a lookup, an operator resolution)."""
@@ -456,7 +443,7 @@ class Ledger:
             else:  # SQLite statements are in-process calls: one per row costs nothing much
                 for settlement in settlements:
                     rows.append(
-                        await _compare_and_set(conn, settlement.current, settlement.changes(), now)
+                        await compare_and_set(conn, settlement.current, settlement.changes(), now)
                     )
             audited = [
                 _attempt_row(settlement, now)
@@ -487,69 +474,6 @@ def _operation_values(intent: Intent, now: datetime) -> dict[str, Any]:
         "created_at": now,
         "updated_at": now,
     }
-
-
-async def _fetch(conn: AsyncConnection, scope: str, key: str) -> OperationRecord | None:
-    query = select(operations).where(operations.c.scope == scope, operations.c.key == key)
-    row = (await conn.execute(query)).mappings().first()
-    return None if row is None else OperationRecord.from_row(row)
-
-
-async def _start_execution(
-    conn: AsyncConnection, operation: OperationRecord, intent: Intent, now: datetime
-) -> None:
-    await conn.execute(
-        insert(attempts).values(
-            operation_id=operation.id,
-            kind=AttemptKind.EXECUTION.value,
-            execution=operation.executions,
-            owner=intent.owner,
-            fingerprint=intent.fingerprint,
-            outcome=Status.IN_FLIGHT.value,
-            started_at=now,
-        )
-    )
-
-
-async def _finish_execution(
-    conn: AsyncConnection,
-    operation: OperationRecord,
-    owner: str,
-    outcome: Outcome,
-    label: str,
-    finished_at: datetime,
-) -> None:
-    await conn.execute(
-        update(attempts)
-        .where(
-            attempts.c.operation_id == operation.id,
-            attempts.c.kind == AttemptKind.EXECUTION.value,
-            attempts.c.execution == operation.executions,
-            attempts.c.owner == owner,
-        )
-        .values(outcome=label, finished_at=finished_at, **outcome.attempt_values)
-    )
-
-
-async def _compare_and_set(
-    conn: AsyncConnection,
-    current: OperationRecord,
-    values: dict[str, Any],
-    now: datetime,
-    *,
-    owner: str | None = None,
-) -> OperationRecord | None:
-    conditions = [operations.c.id == current.id, operations.c.version == current.version]
-    if owner is not None:
-        conditions.append(operations.c.lease_owner == owner)
-    statement = (
-        update(operations)
-        .where(*conditions)
-        .values(version=current.version + 1, updated_at=now, **values)
-        .returning(operations)
-    )
-    row = (await conn.execute(statement)).mappings().first()
-    return None if row is None else OperationRecord.from_row(row)
 
 
 # -- reconciliation ----------------------------------------------------------------------

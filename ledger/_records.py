@@ -5,9 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, fields
 from datetime import datetime
 from enum import StrEnum
-from typing import Self
-
-from sqlalchemy import RowMapping
+from typing import Any, Protocol, Self
 
 from ledger._states import Status
 
@@ -20,10 +18,16 @@ class AttemptKind(StrEnum):
     OPERATOR = "operator"
 
 
+class _Row(Protocol):
+    """A result row addressable by column name (SQLAlchemy's `RowMapping`, asyncpg's `Record`)."""
+
+    def __getitem__(self, name: str, /) -> Any: ...
+
+
 @dataclass(frozen=True, slots=True)
 class _Record:
     @classmethod
-    def from_row(cls, row: RowMapping) -> Self:
+    def from_row(cls, row: _Row) -> Self:
         return cls(**{f.name: row[f.name] for f in fields(cls)})
 
 

@@ -1,0 +1,93 @@
+"""Keeping the leases of a process's running writes alive, all of them in one statement per tick.
+
+A lease per write renewed by a task per write costs a task on every call and a transaction per
+write every `lease/3`, which caps a process at a few hundred concurrent long writes. Instead the
+guard registers each running write here; one task renews every registered lease with one ledger
+statement (and one Redis pipeline) per tick, and exits when no write is running.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from dataclasses import dataclass
+
+from idempotency._keystore import RedisKeyStore
+from ledger import Ledger
+
+logger = logging.getLogger("writesafe")
+
+
+@dataclass(frozen=True, slots=True)
+class HeldLease:
+    """A running write's lease: the ledger's `(operation, owner)` and the key store's token."""
+
+    operation_id: int
+    owner: str
+    scope: str
+    key: str
+    store_token: str | None  # None when the key store's lease is not ours (or Redis is down)
+
+
+class LeaseKeeper:
+    """Renews every held lease each `lease_seconds / 3`, until its write lets go of it.
+
+    A lease the ledger no longer grants (it expired and was taken over) is dropped: its owner
+    will find its outcome fenced off when it records it.
+    """
+
+    def __init__(
+        self,
+        ledger: Ledger,
+        keystore: RedisKeyStore | None,
+        lease_seconds: float,
+        errors: tuple[type[BaseException], ...],
+    ) -> None:
+        self._ledger = ledger
+        self._keystore = keystore
+        self._lease_seconds = lease_seconds
+        self._errors = errors
+        self._held: dict[int, HeldLease] = {}
+        self._task: asyncio.Task[None] | None = None
+
+    def hold(self, lease: HeldLease) -> None:
+        self._held[lease.operation_id] = lease
+        if self._task is None or self._task.done():
+            self._task = asyncio.create_task(self._renew_while_held())
+
+    def release(self, lease: HeldLease) -> None:
+        if self._held.get(lease.operation_id) == lease:
+            del self._held[lease.operation_id]
+
+    async def close(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+            self._task = None
+
+    async def _renew_while_held(self) -> None:
+        while self._held:
+            await asyncio.sleep(self._lease_seconds / 3)
+            await self._renew(list(self._held.values()))
+
+    async def _renew(self, leases: list[HeldLease]) -> None:
+        owners = {lease.operation_id: lease.owner for lease in leases}
+        try:
+            kept = await self._ledger.renew_leases(owners, self._lease_seconds)
+        except self._errors as error:
+            # The leases run on; the next tick tries again well before they expire.
+            logger.warning("could not renew leases (%s)", type(error).__name__)
+            return
+        for lease in leases:
+            if lease.operation_id not in kept:
+                self.release(lease)
+        if self._keystore is not None:
+            tokens = [
+                (lease.scope, lease.key, lease.store_token)
+                for lease in leases
+                if lease.operation_id in kept and lease.store_token is not None
+            ]
+            if tokens:
+                await self._keystore.renew(tokens, self._lease_seconds)
