@@ -12,7 +12,6 @@ at each size against the p50 at the smallest; the target is at most 1.2x at the 
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
 import random
 import time
@@ -24,7 +23,8 @@ import asyncpg
 from rich.console import Console
 from rich.table import Table
 
-from bench._setup import PG_URL, REDIS_URL, asyncpg_dsn, isolated
+from bench._cli import run_and_report
+from bench._setup import asyncpg_dsn, isolated
 from bench._stats import Series, measure, us
 from bench.guard import ORDER, bare_write
 from idempotency import Tool, WriteSafe
@@ -213,12 +213,7 @@ def main() -> None:
     parser.add_argument("--backends", default="pg,embedded")
     parser.add_argument("--rounds", type=int, default=10)
     parser.add_argument("--per-round", type=int, default=30)
-    parser.add_argument("--database-url", default=PG_URL)
-    parser.add_argument("--redis-url", default=REDIS_URL)
-    parser.add_argument("--json", action="store_true")
-    args = parser.parse_args()
-    report = asyncio.run(run(args))
-    print(json.dumps(report, indent=2)) if args.json else _print(report)
+    run_and_report(parser, run, _print)
 
 
 if __name__ == "__main__":

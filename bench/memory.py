@@ -12,7 +12,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import gc
-import json
 import tracemalloc
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -21,7 +20,8 @@ import psutil
 from rich.console import Console
 from rich.table import Table
 
-from bench._setup import PG_URL, REDIS_URL, isolated
+from bench._cli import run_and_report
+from bench._setup import isolated
 from bench.guard import ORDER
 from idempotency import WriteSafe
 
@@ -135,12 +135,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--calls", type=int, default=500)
     parser.add_argument("--backend", choices=["pg+redis", "pg", "embedded"], default="pg+redis")
-    parser.add_argument("--database-url", default=PG_URL)
-    parser.add_argument("--redis-url", default=REDIS_URL)
-    parser.add_argument("--json", action="store_true")
-    args = parser.parse_args()
-    report = asyncio.run(run(args))
-    print(json.dumps(report, indent=2)) if args.json else _print(report)
+    run_and_report(parser, run, _print)
 
 
 if __name__ == "__main__":

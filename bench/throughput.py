@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import multiprocessing
 import time
 from dataclasses import dataclass
@@ -28,7 +27,8 @@ from redis.asyncio import Redis
 from rich.console import Console
 from rich.table import Table
 
-from bench._setup import PG_URL, REDIS_URL, asyncpg_dsn, isolated
+from bench._cli import run_and_report
+from bench._setup import asyncpg_dsn, isolated
 from bench.guard import ORDER, bare_write
 from idempotency import WriteSafe
 
@@ -246,12 +246,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seconds", type=float, default=3.0)
     parser.add_argument("--backend", choices=["pg+redis", "pg", "embedded"], default="pg+redis")
-    parser.add_argument("--database-url", default=PG_URL)
-    parser.add_argument("--redis-url", default=REDIS_URL)
-    parser.add_argument("--json", action="store_true")
-    args = parser.parse_args()
-    report = asyncio.run(_isolated_run(args))
-    print(json.dumps(report, indent=2)) if args.json else _print(report)
+    run_and_report(parser, _isolated_run, _print)
 
 
 if __name__ == "__main__":

@@ -13,10 +13,12 @@ from typing import Any
 import httpx
 import pytest
 
-from idempotency import Found, LookupOperation, NotFound, Tool, WriteSafe, WriteSafeError
+from idempotency import Found, LookupOperation, NotFound, Status, Tool, WriteSafe, WriteSafeError
+from ledger import Claim, Intent, OperationRecord, Outcome
 from reconciler import LookupResult
 
 Order = dict[str, str]
+DEAD_WORKER = "dead-worker"
 
 
 @dataclass
@@ -67,3 +69,42 @@ async def unknown_outcome(call: Awaitable[Any]) -> WriteSafeError:
         await call
     assert raised.value.code == "OUTCOME_UNKNOWN", raised.value.envelope
     return raised.value
+
+
+async def claimed_by_a_dead_worker(
+    ws: WriteSafe, shop: Shop, submit_order: Tool[Order], key: str, *, lease_seconds: float
+) -> Claim:
+    """A worker claimed `key`, placed the order for "A1", and died before recording anything.
+
+    The inline gate and the reconcile pass must both recover this; they start from the same crash.
+    """
+    await ws.start()
+    call = submit_order.prepare(("A1",), {}, key, "default", None)
+    intent = Intent(
+        scope="default",
+        key=key,
+        tool="submit_order",
+        fingerprint=call.fingerprint,
+        arguments=call.bound.arguments_json,
+        owner=DEAD_WORKER,
+        lease_seconds=lease_seconds,
+        max_executions=3,
+    )
+    claim = await ws.ledger.claim(intent)
+    await shop.place(key, "A1")
+    return claim
+
+
+async def late_failure_report(ws: WriteSafe, claim: Claim) -> OperationRecord | None:
+    """The dead worker's report arriving after all; None when it was fenced off."""
+    return await ws.ledger.finish(claim.operation, DEAD_WORKER, Outcome(Status.FAILED))
+
+
+async def unknown_evidence(ws: WriteSafe, key: str) -> dict[str, Any]:
+    """The evidence of the last attempt of `key`, which must still be OUTCOME_UNKNOWN."""
+    status = await ws.status(key)
+    assert status is not None
+    assert status.status is Status.OUTCOME_UNKNOWN
+    evidence = status.attempts[-1].evidence
+    assert evidence is not None
+    return evidence

@@ -7,10 +7,17 @@ import asyncio
 import pytest
 
 from idempotency import Found, LookupOperation, NotFound, Status, Unknown, WriteSafeError
-from ledger import AttemptKind, Intent, ManualClock, Outcome
+from ledger import AttemptKind, ManualClock
 from reconciler import LookupResult
 from tests.conftest import MakeWriteSafe
-from tests.reconcile_support import Shop, order_tool, unknown_outcome
+from tests.reconcile_support import (
+    Shop,
+    claimed_by_a_dead_worker,
+    late_failure_report,
+    order_tool,
+    unknown_evidence,
+    unknown_outcome,
+)
 
 
 async def test_hit_returns_the_found_result_without_executing(make_ws: MakeWriteSafe) -> None:
@@ -95,11 +102,7 @@ async def test_a_raising_lookup_leaves_the_outcome_unknown(make_ws: MakeWriteSaf
 
     assert error.envelope.retry_after_ms == 1_000
     assert shop.placed == 1
-    status = await ws.status("ord-4")
-    assert status is not None
-    assert status.status is Status.OUTCOME_UNKNOWN
-    evidence = status.attempts[-1].evidence
-    assert evidence is not None
+    evidence = await unknown_evidence(ws, "ord-4")
     assert evidence["exception"] == "builtins.ConnectionError"
     assert evidence["message"] == "shop API down"
 
@@ -116,11 +119,7 @@ async def test_a_hanging_lookup_is_cut_off_by_its_timeout(make_ws: MakeWriteSafe
     async with asyncio.timeout(30):  # bounded: far below the lookup's hour
         await unknown_outcome(submit_order("A1", idempotency_key="ord-5"))
 
-    status = await ws.status("ord-5")
-    assert status is not None
-    assert status.status is Status.OUTCOME_UNKNOWN
-    evidence = status.attempts[-1].evidence
-    assert evidence is not None
+    evidence = await unknown_evidence(ws, "ord-5")
     assert evidence["reason"] == "the lookup did not answer within 0.2s"
 
 
@@ -210,21 +209,7 @@ async def test_a_crashed_execution_is_looked_up_once_its_lease_expires(
     clock = ManualClock()
     ws, shop = make_ws(clock=clock), Shop()
     submit_order = order_tool(ws, shop)
-    await ws.start()
-    # A worker claimed the key, placed the order, and died before recording anything.
-    call = submit_order.prepare(("A1",), {}, "ord-10", "default", None)
-    intent = Intent(
-        scope="default",
-        key="ord-10",
-        tool="submit_order",
-        fingerprint=call.fingerprint,
-        arguments=call.bound.arguments_json,
-        owner="dead-worker",
-        lease_seconds=2.0,
-        max_executions=3,
-    )
-    claim = await ws.ledger.claim(intent)
-    await shop.place("ord-10", "A1")
+    claim = await claimed_by_a_dead_worker(ws, shop, submit_order, "ord-10", lease_seconds=2.0)
     clock.advance(3.0)
 
     order = await submit_order("A1", idempotency_key="ord-10")
@@ -232,8 +217,7 @@ async def test_a_crashed_execution_is_looked_up_once_its_lease_expires(
     assert order == {"order_id": "o-1", "sku": "A1"}
     assert shop.placed == 1
     # The dead worker's late report is fenced off: the found result stands.
-    late = await ws.ledger.finish(claim.operation, "dead-worker", Outcome(Status.FAILED))
-    assert late is None
+    assert await late_failure_report(ws, claim) is None
     status = await ws.status("ord-10")
     assert status is not None
     assert status.status is Status.SUCCEEDED

@@ -19,10 +19,17 @@ from idempotency import (
     WriteSafeError,
     WriteSafeSettings,
 )
-from ledger import AttemptKind, Intent, ManualClock, Outcome
+from ledger import AttemptKind, ManualClock
 from reconciler import LookupResult
 from tests.conftest import MakeWriteSafe
-from tests.reconcile_support import Shop, order_tool, unknown_outcome
+from tests.reconcile_support import (
+    Shop,
+    claimed_by_a_dead_worker,
+    late_failure_report,
+    order_tool,
+    unknown_evidence,
+    unknown_outcome,
+)
 
 
 def budget(max_checks: int = 3, **more: Any) -> WriteSafeSettings:
@@ -161,28 +168,14 @@ async def test_crashed_in_flight_leases_are_expired_then_looked_up(
     clock = ManualClock()
     ws, shop = make_ws(clock=clock), Shop()
     submit_order = order_tool(ws, shop)
-    await ws.start()
-    call = submit_order.prepare(("A1",), {}, "k", "default", None)
-    intent = Intent(
-        scope="default",
-        key="k",
-        tool="submit_order",
-        fingerprint=call.fingerprint,
-        arguments=call.bound.arguments_json,
-        owner="dead-worker",
-        lease_seconds=5.0,
-        max_executions=3,
-    )
-    claim = await ws.ledger.claim(intent)
-    await shop.place("k", "A1")
+    claim = await claimed_by_a_dead_worker(ws, shop, submit_order, "k", lease_seconds=5.0)
 
     assert counts(await ws.reconcile()) == {}  # the lease is still live
     clock.advance(5.0)
     report = await ws.reconcile()
 
     assert counts(report) == {"examined": 1, "found": 1, "expired_leases": 1}
-    late = await ws.ledger.finish(claim.operation, "dead-worker", Outcome(Status.FAILED))
-    assert late is None
+    assert await late_failure_report(ws, claim) is None
     status = await ws.status("k")
     assert status is not None
     assert (status.status, status.result) == (Status.SUCCEEDED, {"order_id": "o-1", "sku": "A1"})
@@ -385,9 +378,5 @@ async def test_a_hanging_or_raising_lookup_stays_unknown_in_a_pass(make_ws: Make
         ("hangs", "the lookup did not answer within 0.2s"),
         ("raises", "shop API down"),
     ):
-        status = await ws.status(key)
-        assert status is not None
-        assert status.status is Status.OUTCOME_UNKNOWN
-        evidence = status.attempts[-1].evidence
-        assert evidence is not None
+        evidence = await unknown_evidence(ws, key)
         assert reason in (evidence.get("reason"), evidence.get("message"))
