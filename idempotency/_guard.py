@@ -10,8 +10,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import secrets
 import time
-import uuid
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -32,12 +32,11 @@ from idempotency._gate import Resumed, replay_gate
 from idempotency._keystore import LeaseState, RedisKeyStore
 from idempotency._leases import HeldLease, LeaseKeeper
 from idempotency._metrics import (
-    CALL_SECONDS,
-    CALLS,
     EXECUTIONS,
     LEASES_LOST,
     RETRIES,
     RETRIES_THROTTLED,
+    answered,
 )
 from idempotency._spec import GuardedCall
 from ledger import (
@@ -143,8 +142,9 @@ class Guard:
             answer = error.code
             raise
         finally:
-            CALLS.labels(call.tool.name, answer).inc()
-            CALL_SECONDS.labels(call.tool.name, answer).observe(time.perf_counter() - started)
+            calls, seconds = answered(call.tool.name, answer)
+            calls.inc()
+            seconds.observe(time.perf_counter() - started)
 
     async def _call(self, call: GuardedCall) -> _Answer:
         loop = asyncio.get_running_loop()
@@ -185,7 +185,7 @@ class Guard:
                 pause = min(pause * 2, _MAX_POLL_SECONDS)
 
     async def _attempt(self, call: GuardedCall) -> _Answer | _Busy:
-        owner = uuid.uuid4().hex
+        owner = secrets.token_hex(16)
         token = _store_token(owner, call.fingerprint)
         holds_store_lease = False
         answer: _Answer | _Busy | None = None

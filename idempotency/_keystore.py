@@ -7,6 +7,7 @@ few seconds so a dead Redis costs one timeout, not one per call.
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import logging
 import time
@@ -15,7 +16,7 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import TypeVar
 
-from redis.asyncio import Redis
+from redis.asyncio import BlockingConnectionPool, Redis
 from redis.exceptions import RedisError
 
 from idempotency._metrics import STORE_DEGRADED
@@ -72,14 +73,25 @@ class RedisKeyStore:
         outcome_ttl: float = 86_400.0,
         socket_timeout: float = 0.5,
         breaker_seconds: float = 5.0,
+        max_connections: int = 50,
     ) -> None:
         self.prefix = prefix
         self._outcome_ttl_ms = int(outcome_ttl * 1000)
         self._breaker_seconds = breaker_seconds
         self._open_until = 0.0
-        self.redis: Redis = Redis.from_url(
-            url, socket_timeout=socket_timeout, socket_connect_timeout=socket_timeout
+        self._timeout = socket_timeout
+        # The command timeout is applied around each call (`_guarded`), not by redis-py: on
+        # Python 3.11 redis-py's own `socket_timeout` runs every read in `asyncio.wait_for`,
+        # a task per command (about a third of a cached replay's CPU).
+        # Calls beyond `max_connections` wait for a connection (up to the timeout) instead of
+        # failing with MaxConnectionsError, which would trip the breaker under a burst.
+        pool = BlockingConnectionPool.from_url(
+            url,
+            max_connections=max_connections,
+            timeout=socket_timeout,
+            socket_connect_timeout=socket_timeout,
         )
+        self.redis: Redis = Redis.from_pool(pool)
         self._claim = self.redis.register_script(_CLAIM)
         self._finish = self.redis.register_script(_FINISH)
         self._renew = self.redis.register_script(_RENEW)
@@ -139,7 +151,8 @@ class RedisKeyStore:
         if not self.available:
             return None
         try:
-            return await call()
+            async with asyncio.timeout(self._timeout):
+                return await call()
         except (RedisError, OSError, TimeoutError) as error:
             self._open_until = time.monotonic() + self._breaker_seconds
             STORE_DEGRADED.labels("redis", operation).inc()

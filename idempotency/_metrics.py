@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from functools import cache
+
 from prometheus_client import Counter, Histogram
 
 CALLS = Counter(
@@ -40,3 +42,10 @@ CALL_SECONDS = Histogram(
     ["tool", "answer"],
     buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30),
 )
+
+
+@cache
+def answered(tool: str, answer: str) -> tuple[Counter, Histogram]:
+    """The `CALLS` and `CALL_SECONDS` children of one (tool, answer), looked up once: `labels()`
+    takes a lock and validates its arguments, on every guarded call otherwise."""
+    return CALLS.labels(tool, answer), CALL_SECONDS.labels(tool, answer)

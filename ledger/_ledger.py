@@ -210,9 +210,10 @@ class Ledger:
         The unique `(scope, key)` constraint decides between concurrent claimers; the winner's
         operation row and first execution attempt are written atomically.
         """
-        created = await self.writer.claim(_operation_values(intent, self.clock.now()))
-        if created is not None:
-            return Claim(created, created=True)
+        row = _operation_values(intent, self.clock.now())
+        operation_id = await self.writer.claim(row)
+        if operation_id is not None:
+            return Claim(OperationRecord(id=operation_id, **row), created=True)
         # Operations are never deleted, so the row that won the conflict is there to read.
         existing = await self.writer.fetch(intent.scope, intent.key)
         assert existing is not None, "a conflicting row exists"
@@ -237,7 +238,7 @@ class Ledger:
             "next_check_at": None,
             "checks": 0,
         }
-        return await self.writer.change(Change(current, values, now, opens=True))
+        return await self._change(Change(current, values, now, opens=True))
 
     async def finish(
         self, current: OperationRecord, owner: str, outcome: Outcome
@@ -259,7 +260,7 @@ class Ledger:
         if outcome.status is Status.OUTCOME_UNKNOWN:
             values["next_check_at"] = now
         closes = ClosedExecution(owner, outcome.status.value, outcome.attempt_values, now)
-        return await self.writer.change(Change(current, values, now, owner=owner, closes=closes))
+        return await self._change(Change(current, values, now, owner=owner, closes=closes))
 
     async def retry(
         self,
@@ -287,7 +288,11 @@ class Ledger:
             intent.owner, Status.FAILED.value, failed.attempt_values, failed_at
         )
         change = Change(current, values, now, owner=intent.owner, closes=closes, opens=True)
-        return await self.writer.change(change)
+        return await self._change(change)
+
+    async def _change(self, change: Change) -> OperationRecord | None:
+        # The writer reports only whether the change landed; the row it made is known here.
+        return change.landed() if await self.writer.change(change) else None
 
     async def renew_leases(self, leases: Mapping[int, str], seconds: float) -> set[int]:
         """Extend the `in_flight` leases `{operation id: owner}` by `seconds`, in one statement.
@@ -456,6 +461,7 @@ class Ledger:
 
 
 def _operation_values(intent: Intent, now: datetime) -> dict[str, Any]:
+    """Every column of a new operation but its id: what the claim inserts, and the row it makes."""
     return {
         "scope": intent.scope,
         "key": intent.key,
@@ -473,6 +479,10 @@ def _operation_values(intent: Intent, now: datetime) -> dict[str, Any]:
         "checks": 0,
         "created_at": now,
         "updated_at": now,
+        "result": None,
+        "error": None,
+        "last_code": None,
+        "next_check_at": None,
     }
 
 

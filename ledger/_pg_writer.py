@@ -80,16 +80,17 @@ class PostgresWriter:
         self._pool = ConnectionPool(connect, pool_size)
         self._statements: dict[tuple[Any, ...], _Compiled] = {}
 
-    async def claim(self, row: dict[str, Any]) -> OperationRecord | None:
+    async def claim(self, row: dict[str, Any]) -> int | None:
         names = tuple(row)
         statement = self._compiled(("claim", names), lambda: _claim(names))
-        return await self._row(statement, row)
+        operation_id: int | None = await self._value(statement, row)
+        return operation_id
 
     async def fetch(self, scope: str, key: str) -> OperationRecord | None:
         statement = self._compiled(("fetch",), _fetch)
         return await self._row(statement, {"scope": scope, "key": key})
 
-    async def change(self, change: Change) -> OperationRecord | None:
+    async def change(self, change: Change) -> bool:
         names = tuple(change.values)
         shape = ("change", names, change.owner is not None, change.closes is not None, change.opens)
         statement = self._compiled(shape, lambda: _change(*shape[1:]))
@@ -111,7 +112,7 @@ class PostgresWriter:
                 "finished_at": closes.finished_at,
                 **{f"closes_{name}": value for name, value in closes.values.items()},
             }
-        return await self._row(statement, params)
+        return await self._value(statement, params) is not None
 
     async def renew(self, leases: Mapping[int, str], until: datetime) -> set[int]:
         statement = self._compiled(("renew",), _renew)
@@ -128,6 +129,10 @@ class PostgresWriter:
         if compiled is None:
             compiled = self._statements[shape] = _Compiled.of(build())
         return compiled
+
+    async def _value(self, statement: _Compiled, params: Mapping[str, Any]) -> Any:
+        async with self._connection(statement) as connection:
+            return await connection.fetchval(statement.sql, *statement.arguments(params))
 
     async def _row(self, statement: _Compiled, params: Mapping[str, Any]) -> OperationRecord | None:
         async with self._connection(statement) as connection:
@@ -154,10 +159,10 @@ def _claim(names: tuple[str, ...]) -> Select[Any]:
         pg_insert(operations)
         .values({name: bindparam(name, type_=operations.c[name].type) for name in names})
         .on_conflict_do_nothing(index_elements=["scope", "key"])
-        .returning(*operations.c)
+        .returning(*_OPENING_COLUMNS)
         .cte("claimed")
     )
-    return select(claimed).add_cte(_open_execution(claimed))
+    return select(claimed.c.id).add_cte(_open_execution(claimed))
 
 
 def _change(
@@ -174,7 +179,7 @@ def _change(
             updated_at=bindparam("now", type_=operations.c.updated_at.type),
             **{name: bindparam(f"new_{name}", type_=operations.c[name].type) for name in names},
         )
-        .returning(*operations.c)
+        .returning(*_OPENING_COLUMNS)
         .cte("changed")
     )
     parts: list[CTE] = []
@@ -182,7 +187,18 @@ def _change(
         parts.append(_close_execution(changed))
     if opens:
         parts.append(_open_execution(changed))
-    return select(changed).add_cte(*parts)
+    return select(changed.c.id).add_cte(*parts)
+
+
+# What a new execution attempt is made of: the statements return these from the row they write.
+_OPENING_COLUMNS = (
+    operations.c.id,
+    operations.c.executions,
+    operations.c.lease_owner,
+    operations.c.fingerprint,
+    operations.c.status,
+    operations.c.last_sent_at,
+)
 
 
 def _open_execution(row: CTE) -> CTE:

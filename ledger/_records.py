@@ -24,11 +24,22 @@ class _Row(Protocol):
     def __getitem__(self, name: str, /) -> Any: ...
 
 
+_FIELD_NAMES: dict[type, tuple[str, ...]] = {}
+
+
+def _field_names(record: type) -> tuple[str, ...]:
+    """`fields()` walks the class on every call; a row is read on every guarded call."""
+    names = _FIELD_NAMES.get(record)
+    if names is None:
+        names = _FIELD_NAMES[record] = tuple(f.name for f in fields(record))
+    return names
+
+
 @dataclass(frozen=True, slots=True)
 class _Record:
     @classmethod
     def from_row(cls, row: _Row) -> Self:
-        return cls(**{f.name: row[f.name] for f in fields(cls)})
+        return cls(**{name: row[name] for name in _field_names(cls)})
 
 
 @dataclass(frozen=True, slots=True)

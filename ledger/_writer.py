@@ -10,7 +10,7 @@ in-process call); PostgreSQL gets the one-statement writer in `ledger._pg_writer
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any, Protocol, cast
 
@@ -56,18 +56,25 @@ class Change:
     closes: ClosedExecution | None = None
     opens: bool = False
 
+    def landed(self) -> OperationRecord:
+        """The operation as this change leaves it, once it has landed."""
+        return replace(
+            self.current, version=self.current.version + 1, updated_at=self.now, **self.values
+        )
+
 
 class Writer(Protocol):
     """The guard's hot ledger writes; each is atomic."""
 
-    async def claim(self, row: dict[str, Any]) -> OperationRecord | None:
-        """Insert `row` as a new operation with its first execution attempt; None on conflict."""
+    async def claim(self, row: dict[str, Any]) -> int | None:
+        """Insert `row` as a new operation with its first execution attempt: the new id, or None
+        when `(scope, key)` is taken."""
 
     async def fetch(self, scope: str, key: str) -> OperationRecord | None:
         """The operation holding `(scope, key)`, if any."""
 
-    async def change(self, change: Change) -> OperationRecord | None:
-        """Apply `change`; the new row, or None when another actor changed the row first."""
+    async def change(self, change: Change) -> bool:
+        """Apply `change`; False when another actor changed the row first."""
 
     async def renew(self, leases: Mapping[int, str], until: datetime) -> set[int]:
         """Extend the `in_flight` leases `{operation id: owner}`; the ids whose owner still holds
@@ -85,26 +92,25 @@ class TransactionWriter:
         self.engine = engine
         self._insert: Any = sqlite.insert if is_sqlite(engine) else postgresql.insert
 
-    async def claim(self, row: dict[str, Any]) -> OperationRecord | None:
+    async def claim(self, row: dict[str, Any]) -> int | None:
         statement = (
             self._insert(operations)
             .values(**row)
             .on_conflict_do_nothing(index_elements=["scope", "key"])
-            .returning(operations)
+            .returning(operations.c.id)
         )
         async with self.engine.begin() as conn:
-            inserted = (await conn.execute(statement)).mappings().first()
-            if inserted is None:
+            operation_id: int | None = (await conn.execute(statement)).scalar()
+            if operation_id is None:
                 return None
-            operation = OperationRecord.from_row(inserted)
-            await start_execution(conn, operation)
-        return operation
+            await start_execution(conn, OperationRecord(id=operation_id, **row))
+        return operation_id
 
     async def fetch(self, scope: str, key: str) -> OperationRecord | None:
         async with self.engine.connect() as conn:
             return await fetch(conn, scope, key)
 
-    async def change(self, change: Change) -> OperationRecord | None:
+    async def change(self, change: Change) -> bool:
         async with self.engine.begin() as conn:
             row = await compare_and_set(
                 conn, change.current, change.values, change.now, owner=change.owner
@@ -113,7 +119,7 @@ class TransactionWriter:
                 await _close_execution(conn, change.current, change.closes, landed=row is not None)
             if change.opens and row is not None:
                 await start_execution(conn, row)
-        return row
+        return row is not None
 
     async def renew(self, leases: Mapping[int, str], until: datetime) -> set[int]:
         statement = (
