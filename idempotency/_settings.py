@@ -21,7 +21,11 @@ class WriteSafeSettings(BaseSettings):
     wait_timeout: float = Field(default=5.0, ge=0)
     outcome_ttl: float = Field(default=86_400.0, gt=0)
     connect_timeout: float = Field(default=5.0, gt=0)
-    pool_size: int = Field(default=10, ge=1, description="PostgreSQL pool (and overflow) size")
+    pool_size: int = Field(
+        default=10,
+        ge=1,
+        description="PostgreSQL connections for the guard's writes; twice as many for the rest",
+    )
     reconcile_max_checks: int = Field(default=10, ge=1, description="checks before escalating")
     reconcile_backoff: float = Field(default=2.0, gt=0, description="first recheck delay (s)")
     reconcile_backoff_max: float = Field(default=600.0, gt=0, description="recheck delay cap (s)")

@@ -6,12 +6,14 @@ import asyncio
 from pathlib import Path
 from typing import Any
 
+import asyncpg
 import pytest
 from prometheus_client import REGISTRY
 from sqlalchemy import text
 
 from idempotency import Status, Tool, WriteSafe, WriteSafeError
 from ledger import ManualClock
+from ledger._pg_writer import PostgresWriter
 from tests.conftest import PG_URL, MakeWriteSafe
 
 
@@ -211,3 +213,33 @@ async def test_sqlite_default_needs_no_server(tmp_path: Path, monkeypatch: Any) 
         assert await submit(4, idempotency_key="k") == 4
         assert ws.keystore is None
     assert (tmp_path / "writesafe.db").exists()
+
+
+@pytest.mark.parametrize("backend", ["postgres"])
+async def test_terminated_ledger_connections_are_replaced_without_failing_a_call(
+    make_ws: MakeWriteSafe,
+) -> None:
+    """A restarted server or `pg_terminate_backend` kills every idle connection of the guard's
+    writer at once; the next call must neither fail nor execute twice."""
+    ws = make_ws()
+    submit, effects = echo_tool(ws)
+    await asyncio.gather(*(submit(n, idempotency_key=f"warm-{n}") for n in range(4)))
+    writer = ws.ledger.writer
+    assert isinstance(writer, PostgresWriter)
+    pids = [connection.get_server_pid() for connection in writer._pool._idle]
+    assert pids, "the warm-up left idle connections"
+    await _terminate_backends(pids)
+
+    assert await submit(100, idempotency_key="after") == 100
+    assert await submit(0, idempotency_key="warm-0") == 0  # a replay, not a second effect
+    assert sorted(effects) == [0, 1, 2, 3, 100]
+
+
+async def _terminate_backends(pids: list[int]) -> None:
+    connection = await asyncpg.connect(PG_URL.replace("postgresql+asyncpg://", "postgresql://"))
+    try:
+        await connection.execute(
+            "SELECT pg_terminate_backend(pid) FROM unnest($1::int[]) pid", pids
+        )
+    finally:
+        await connection.close()
