@@ -19,13 +19,13 @@ from typing import Any
 
 import aiosqlite
 import asyncpg
-from redis.asyncio import Redis
 from rich.console import Console
 from rich.table import Table
 
 from bench._setup import PG_URL, REDIS_URL, asyncpg_dsn, isolated
 from bench._stats import Series, measure, us
 from idempotency import Tool, WriteSafe
+from idempotency._keystore import RedisKeyStore
 
 ORDER = {"sku": "A1", "qty": 1, "postcode": "560001"}
 DUPLICATE_WRITE_SECONDS = 0.01
@@ -94,7 +94,9 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             asyncpg_dsn(args.database_url), server_settings={"search_path": iso.schema}
         )
         await pg.execute("CREATE TABLE bench_floor (id bigserial PRIMARY KEY, k text, v text)")
-        redis = Redis.from_url(args.redis_url)
+        # The floor's Redis client is a key store's own, configured as the guard's is.
+        floor_store = RedisKeyStore(args.redis_url, prefix=iso.redis_prefix)
+        redis = floor_store.redis
         cached_key = f"{iso.redis_prefix}:floor"
         await redis.set(cached_key, "f" * 64 + "\n" + json.dumps(await bare_write(ORDER)))
         lite = await aiosqlite.connect(workdir / "floor.db", isolation_level=None)
@@ -180,7 +182,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             for ws in all_ws:
                 await ws.close()
             await pg.close()
-            await redis.aclose()
+            await floor_store.close()
             await lite.close()
     return _report(series, args)
 

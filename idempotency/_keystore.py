@@ -80,16 +80,17 @@ class RedisKeyStore:
         self._breaker_seconds = breaker_seconds
         self._open_until = 0.0
         self._timeout = socket_timeout
-        # The command timeout is applied around each call (`_guarded`), not by redis-py: on
-        # Python 3.11 redis-py's own `socket_timeout` runs every read in `asyncio.wait_for`,
-        # a task per command (about a third of a cached replay's CPU).
         # Calls beyond `max_connections` wait for a connection (up to the timeout) instead of
-        # failing with MaxConnectionsError, which would trip the breaker under a burst.
+        # failing with MaxConnectionsError, which would trip the breaker under a burst. The
+        # command timeout is applied around each call (`_guarded`) rather than by redis-py,
+        # whose `socket_timeout` (5 s unless disabled) sends every command through
+        # `asyncio.wait_for`: a task per command on Python 3.11.
         pool = BlockingConnectionPool.from_url(
             url,
             max_connections=max_connections,
             timeout=socket_timeout,
             socket_connect_timeout=socket_timeout,
+            socket_timeout=None,
         )
         self.redis: Redis = Redis.from_pool(pool)
         self._claim = self.redis.register_script(_CLAIM)
