@@ -3,6 +3,11 @@
 Nothing here is trusted for correctness: the ledger is consulted before any execution. Every
 method degrades instead of failing; while Redis is unreachable a circuit breaker skips it for a
 few seconds so a dead Redis costs one timeout, not one per call.
+
+One key per operation holds either its lease (`L:<token>`) or its cached outcome (`O:<entry>`),
+so that a claim is one plain `SET key L:<token> NX PX <lease> GET` (Redis 7.0+): it takes the
+lease if the key is free and answers with what holds the key otherwise. A replay costs what a
+GET costs; a Lua script would cost a third more.
 """
 
 from __future__ import annotations
@@ -24,20 +29,15 @@ from idempotency._metrics import STORE_DEGRADED
 logger = logging.getLogger("writesafe")
 T = TypeVar("T")
 
-# KEYS: lease, outcome. ARGV: owner, lease ms. → {1, cached} | {2} acquired | {3, holder} busy
-_CLAIM = """
-local cached = redis.call('GET', KEYS[2])
-if cached then return {1, cached} end
-if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then return {2} end
-return {3, redis.call('GET', KEYS[1]) or ''}
-"""
-# KEYS: lease, outcome. ARGV: owner, cached value ('' for none), outcome ttl ms.
-_FINISH = """
-if ARGV[2] ~= '' then redis.call('SET', KEYS[2], ARGV[2], 'PX', ARGV[3]) end
+_LEASE = "L:"
+_OUTCOME = "O:"
+
+# KEYS: the operation's key. ARGV: the lease value. Release the lease only if it is still ours.
+_RELEASE = """
 if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
 return 0
 """
-# KEYS: lease. ARGV: owner, lease ms.
+# KEYS: the operation's key. ARGV: the lease value, lease ms.
 _RENEW = """
 if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('PEXPIRE', KEYS[1], ARGV[2]) end
 return 0
@@ -60,6 +60,7 @@ class StoreClaim:
 
 
 _UNAVAILABLE = StoreClaim(LeaseState.UNAVAILABLE)
+_ACQUIRED = StoreClaim(LeaseState.ACQUIRED)
 
 
 class RedisKeyStore:
@@ -93,38 +94,47 @@ class RedisKeyStore:
             socket_timeout=None,
         )
         self.redis: Redis = Redis.from_pool(pool)
-        self._claim = self.redis.register_script(_CLAIM)
-        self._finish = self.redis.register_script(_FINISH)
+        self._release = self.redis.register_script(_RELEASE)
         self._renew = self.redis.register_script(_RENEW)
 
-    def keys(self, scope: str, key: str) -> tuple[str, str]:
-        """The lease and outcome keys; one hash tag so both live on one cluster slot."""
+    def key(self, scope: str, key: str) -> str:
+        """The Redis key of `(scope, key)`: a digest, so any idempotency key fits."""
         digest = hashlib.sha256(f"{scope}\x00{key}".encode()).hexdigest()[:32]
-        return f"{self.prefix}:{{{digest}}}:lease", f"{self.prefix}:{{{digest}}}:outcome"
+        return f"{self.prefix}:{digest}"
 
     @property
     def available(self) -> bool:
         return time.monotonic() >= self._open_until
 
-    async def claim(self, scope: str, key: str, owner: str, lease_seconds: float) -> StoreClaim:
+    async def claim(self, scope: str, key: str, token: str, lease_seconds: float) -> StoreClaim:
         """One round trip: the cached outcome if there is one, else try to take the lease."""
-        reply = await self._guarded(
+        reached, held = await self._guarded(
             "claim",
-            lambda: self._claim(keys=self.keys(scope, key), args=[owner, _ms(lease_seconds)]),
+            lambda: self.redis.set(
+                self.key(scope, key), _LEASE + token, nx=True, px=_ms(lease_seconds), get=True
+            ),
         )
-        if reply is None:
+        if not reached:
             return _UNAVAILABLE
-        state = LeaseState(int(reply[0]))
-        return StoreClaim(state, reply[1].decode() if len(reply) > 1 else None)
+        if held is None:
+            return _ACQUIRED
+        assert isinstance(held, bytes), "the client does not decode responses"
+        value = held.decode()
+        if value.startswith(_OUTCOME):
+            return StoreClaim(LeaseState.CACHED, value.removeprefix(_OUTCOME))
+        return StoreClaim(LeaseState.BUSY, value.removeprefix(_LEASE))
 
-    async def cached(self, scope: str, key: str) -> str | None:
-        value = await self._guarded("get", lambda: self.redis.get(self.keys(scope, key)[1]))
-        return None if value is None else value.decode() if isinstance(value, bytes) else value
-
-    async def finish(self, scope: str, key: str, owner: str, cached: str | None = None) -> None:
-        """Cache the final outcome (if given) and release the owner's lease, in one round trip."""
-        args: list[str | int] = [owner, cached or "", self._outcome_ttl_ms]
-        await self._guarded("finish", lambda: self._finish(keys=self.keys(scope, key), args=args))
+    async def finish(self, scope: str, key: str, token: str, cached: str | None = None) -> None:
+        """Replace the lease with the final outcome, or (without one) release the lease if it is
+        still the token's. The outcome is written whoever holds the key: it is the ledger's."""
+        name = self.key(scope, key)
+        if cached is not None:
+            value = _OUTCOME + cached
+            await self._guarded(
+                "finish", lambda: self.redis.set(name, value, px=self._outcome_ttl_ms)
+            )
+        else:
+            await self._guarded("finish", lambda: self._release(keys=[name], args=[_LEASE + token]))
 
     async def renew(self, leases: Sequence[tuple[str, str, str]], lease_seconds: float) -> None:
         """Extend the leases `(scope, key, token)` still held by their token, in one round trip."""
@@ -132,8 +142,8 @@ class RedisKeyStore:
         async def renew_all() -> None:
             async with self.redis.pipeline(transaction=False) as pipe:
                 for scope, key, token in leases:
-                    lease_key = self.keys(scope, key)[0]
-                    await self._renew(keys=[lease_key], args=[token, ms], client=pipe)
+                    name = self.key(scope, key)
+                    await self._renew(keys=[name], args=[_LEASE + token, ms], client=pipe)
                 await pipe.execute()
 
         ms = _ms(lease_seconds)
@@ -148,12 +158,15 @@ class RedisKeyStore:
     async def close(self) -> None:
         await self.redis.aclose()
 
-    async def _guarded(self, operation: str, call: Callable[[], Awaitable[T]]) -> T | None:
+    async def _guarded(
+        self, operation: str, call: Callable[[], Awaitable[T]]
+    ) -> tuple[bool, T | None]:
+        """Whether Redis answered, and its answer."""
         if not self.available:
-            return None
+            return False, None
         try:
             async with asyncio.timeout(self._timeout):
-                return await call()
+                return True, await call()
         except (RedisError, OSError, TimeoutError) as error:
             self._open_until = time.monotonic() + self._breaker_seconds
             STORE_DEGRADED.labels("redis", operation).inc()
@@ -163,7 +176,7 @@ class RedisKeyStore:
                 error,
                 self._breaker_seconds,
             )
-            return None
+            return False, None
 
 
 def _ms(seconds: float) -> int:

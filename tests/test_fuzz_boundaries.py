@@ -164,9 +164,11 @@ class Harness:
         if self.prefix is not None:
             redis = Redis.from_url(REDIS_URL)
             try:
-                leases = [k async for k in redis.scan_iter(match=f"{self.prefix}:*:lease")]
+                keys = [k async for k in redis.scan_iter(match=f"{self.prefix}:*")]
+                values = await redis.mget(keys) if keys else []
             finally:
                 await redis.aclose()
+            leases = [v for v in values if v is not None and v.startswith(b"L:")]
             assert leases == [], "a Redis lease outlived its call"
 
     def close(self) -> None:

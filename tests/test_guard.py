@@ -464,7 +464,7 @@ async def test_expired_lease_hands_over_and_the_late_owner_is_fenced(
     await started.wait()
     clock.advance(61)  # the owner's lease runs out (as if it had stalled or crashed)
     if ws.keystore is not None:  # Redis keeps real time: let its lease run out as well
-        await ws.keystore.redis.delete(ws.keystore.keys("default", "z")[0])
+        await ws.keystore.redis.delete(ws.keystore.key("default", "z"))
     with pytest.raises(WriteSafeError) as taken_over:
         await other(idempotency_key="z")
     assert taken_over.value.envelope.code == "OUTCOME_UNKNOWN"

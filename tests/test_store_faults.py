@@ -107,7 +107,7 @@ async def test_ledger_lost_after_the_effect_is_outcome_unknown_not_a_retry_invit
 
     clock.advance(31)
     if ws.keystore is not None:  # Redis keeps real time: let its lease run out too
-        await ws.keystore.redis.delete(ws.keystore.keys("default", "k")[0])
+        await ws.keystore.redis.delete(ws.keystore.key("default", "k"))
     with pytest.raises(WriteSafeError) as retry:
         await submit(1, idempotency_key="k")
     assert retry.value.envelope.code == "OUTCOME_UNKNOWN"
