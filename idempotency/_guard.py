@@ -29,7 +29,7 @@ from idempotency._attempts import attempt
 from idempotency._context import OperationContext, reset_current, set_current
 from idempotency._errors import WriteSafeError
 from idempotency._gate import Resumed, replay_gate
-from idempotency._keystore import LeaseState, RedisKeyStore
+from idempotency._keystore import CachedOutcome, LeaseState, RedisKeyStore
 from idempotency._leases import HeldLease, LeaseKeeper
 from idempotency._metrics import (
     EXECUTIONS,
@@ -47,7 +47,6 @@ from ledger import (
     Outcome,
     Status,
     dumps_json,
-    loads_json,
 )
 from reconciler import (
     Classification,
@@ -193,10 +192,9 @@ class Guard:
             store = await self.keystore.claim(
                 call.scope, call.key, token, self.settings.lease_seconds
             )
-            if store.state is LeaseState.CACHED:
-                assert store.value is not None
-                return self._replay_cached(call, store.value)
-            if store.state is LeaseState.BUSY and _same_payload(store.value, call.fingerprint):
+            if store.outcome is not None:
+                return self._replay_cached(call, store.outcome)
+            if store.state is LeaseState.BUSY and _same_payload(store.holder, call.fingerprint):
                 return _Busy(_MIN_RETRY_AFTER_MS)
             holds_store_lease = store.state is LeaseState.ACQUIRED
         try:
@@ -503,17 +501,16 @@ class Guard:
             envelope = self.codes.envelope(Code.UNKNOWN_ERROR, "the adapter failed to classify")
             return Classification(envelope, exception_evidence(broken))
 
-    def _replay_cached(self, call: GuardedCall, cached: str) -> _Answer:
-        entry = loads_json(cached)
-        if entry["fingerprint"] != call.fingerprint:
+    def _replay_cached(self, call: GuardedCall, cached: CachedOutcome) -> _Answer:
+        if cached.fingerprint != call.fingerprint:
             info = OperationInfo(
                 key=call.key,
                 status=Status.SUCCEEDED.value,
-                attempt=entry["executions"],
-                attempts_left=max(entry["max_executions"] - entry["executions"], 0),
+                attempt=cached.executions,
+                attempts_left=max(cached.max_executions - cached.executions, 0),
             )
-            raise self._key_reused(call, entry["tool"], info)
-        return _Answer(call.tool.codec.decode(entry["result"]), "replayed", None)
+            raise self._key_reused(call, cached.tool, info)
+        return _Answer(call.tool.codec.decode(cached.result), "replayed", None)
 
     def _key_reused(self, call: GuardedCall, tool: str, info: OperationInfo) -> WriteSafeError:
         return WriteSafeError(
@@ -590,16 +587,14 @@ def _same_payload(lease_token: str | None, fingerprint: str) -> bool:
     return lease_token is None or lease_token.endswith(f"/{fingerprint}")
 
 
-def _cache_entry(operation: OperationRecord) -> str:
-    """What Redis keeps of a succeeded operation: enough to replay it or refuse a reuse."""
-    return dumps_json(
-        {
-            "fingerprint": operation.fingerprint,
-            "tool": operation.tool,
-            "result": operation.result,
-            "executions": operation.executions,
-            "max_executions": operation.max_executions,
-        }
+def _cache_entry(operation: OperationRecord) -> CachedOutcome:
+    assert operation.result is not None, "only a succeeded operation is cached"
+    return CachedOutcome(
+        operation.fingerprint,
+        operation.tool,
+        operation.executions,
+        operation.max_executions,
+        operation.result,
     )
 
 

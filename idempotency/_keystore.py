@@ -52,11 +52,35 @@ class LeaseState(Enum):
 
 
 @dataclass(frozen=True, slots=True)
+class CachedOutcome:
+    """What Redis keeps of a succeeded operation: enough to replay it or refuse a reuse."""
+
+    fingerprint: str
+    tool: str
+    executions: int
+    max_executions: int
+    result: str  # the ledger's JSON text of the result
+
+    def encode(self) -> str:
+        # A header line, then the result as stored: a replay parses the result once (no JSON
+        # inside JSON). Tool names are printable, so they hold no newline.
+        header = f"{self.fingerprint} {self.executions} {self.max_executions} {self.tool}"
+        return f"{header}\n{self.result}"
+
+    @classmethod
+    def decode(cls, text: str) -> CachedOutcome:
+        header, _, result = text.partition("\n")
+        fingerprint, executions, max_executions, tool = header.split(" ", 3)
+        return cls(fingerprint, tool, int(executions), int(max_executions), result)
+
+
+@dataclass(frozen=True, slots=True)
 class StoreClaim:
     """The key store's answer: the cached outcome, or the lease holder's token when busy."""
 
     state: LeaseState
-    value: str | None = None
+    holder: str | None = None
+    outcome: CachedOutcome | None = None
 
 
 _UNAVAILABLE = StoreClaim(LeaseState.UNAVAILABLE)
@@ -121,15 +145,18 @@ class RedisKeyStore:
         assert isinstance(held, bytes), "the client does not decode responses"
         value = held.decode()
         if value.startswith(_OUTCOME):
-            return StoreClaim(LeaseState.CACHED, value.removeprefix(_OUTCOME))
-        return StoreClaim(LeaseState.BUSY, value.removeprefix(_LEASE))
+            outcome = CachedOutcome.decode(value.removeprefix(_OUTCOME))
+            return StoreClaim(LeaseState.CACHED, outcome=outcome)
+        return StoreClaim(LeaseState.BUSY, holder=value.removeprefix(_LEASE))
 
-    async def finish(self, scope: str, key: str, token: str, cached: str | None = None) -> None:
+    async def finish(
+        self, scope: str, key: str, token: str, cached: CachedOutcome | None = None
+    ) -> None:
         """Replace the lease with the final outcome, or (without one) release the lease if it is
         still the token's. The outcome is written whoever holds the key: it is the ledger's."""
         name = self.key(scope, key)
         if cached is not None:
-            value = _OUTCOME + cached
+            value = _OUTCOME + cached.encode()
             await self._guarded(
                 "finish", lambda: self.redis.set(name, value, px=self._outcome_ttl_ms)
             )

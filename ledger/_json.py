@@ -7,12 +7,15 @@ from typing import Any
 
 from pydantic_core import to_jsonable_python
 
+# Built once: `json.dumps` with any non-default option constructs an encoder on every call.
+_ENCODER = json.JSONEncoder(
+    sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
+)
+
 
 def dumps_json(value: Any) -> str:
     """Canonical JSON text of plain JSON data; raises ValueError for NaN/infinity."""
-    return json.dumps(
-        value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
-    )
+    return _ENCODER.encode(value)
 
 
 def canonical_json(value: Any) -> str:
