@@ -26,9 +26,15 @@ def canonical_json(value: Any) -> str:
     return dumps_json(to_jsonable_python(_order_sets(value)))
 
 
+# Leaves of argument trees: returned as they are without further type checks (a hot path).
+_SCALARS = frozenset({str, int, float, bool, type(None)})
+
+
 def _order_sets(value: Any) -> Any:
     # Set iteration order follows the per-process hash seed; sort them so that two processes
     # fingerprint the same arguments alike.
+    if type(value) in _SCALARS:
+        return value
     if isinstance(value, set | frozenset):
         return sorted(
             (_order_sets(v) for v in value), key=lambda v: dumps_json(to_jsonable_python(v))
