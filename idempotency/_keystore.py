@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import TypeVar
 
-from redis.asyncio import BlockingConnectionPool, Redis
+from redis.asyncio import ConnectionPool, Redis
 from redis.exceptions import RedisError
 
 from idempotency._metrics import STORE_DEGRADED
@@ -105,15 +105,16 @@ class RedisKeyStore:
         self._breaker_seconds = breaker_seconds
         self._open_until = 0.0
         self._timeout = socket_timeout
-        # Calls beyond `max_connections` wait for a connection (up to the timeout) instead of
-        # failing with MaxConnectionsError, which would trip the breaker under a burst. The
+        # Calls beyond `max_connections` queue here rather than failing in redis-py's pool with
+        # MaxConnectionsError (which would trip the breaker under a burst); redis-py's blocking
+        # pool would queue too, at the cost of a condition and a timeout on every command. The
         # command timeout is applied around each call (`_guarded`) rather than by redis-py,
         # whose `socket_timeout` (5 s unless disabled) sends every command through
         # `asyncio.wait_for`: a task per command on Python 3.11.
-        pool = BlockingConnectionPool.from_url(
+        self._slots = asyncio.Semaphore(max_connections)
+        pool = ConnectionPool.from_url(
             url,
             max_connections=max_connections,
-            timeout=socket_timeout,
             socket_connect_timeout=socket_timeout,
             socket_timeout=None,
         )
@@ -192,7 +193,7 @@ class RedisKeyStore:
         if not self.available:
             return False, None
         try:
-            async with asyncio.timeout(self._timeout):
+            async with asyncio.timeout(self._timeout), self._slots:
                 return True, await call()
         except (RedisError, OSError, TimeoutError) as error:
             self._open_until = time.monotonic() + self._breaker_seconds

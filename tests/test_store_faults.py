@@ -243,3 +243,24 @@ async def _terminate_backends(pids: list[int]) -> None:
         )
     finally:
         await connection.close()
+
+
+@pytest.mark.parametrize("backend", ["postgres+redis"])
+async def test_a_burst_beyond_the_redis_pool_queues_instead_of_degrading(
+    make_ws: MakeWriteSafe,
+) -> None:
+    """More concurrent calls than Redis connections wait for one: a burst must not look like
+    an outage and switch Redis off for the breaker's interval. Redis stalls writes for 200 ms
+    (`CLIENT PAUSE … WRITE`) so that the burst really holds every connection at once."""
+    ws = make_ws()
+    assert ws.keystore is not None
+    submit, effects = echo_tool(ws)
+    await submit(-1, idempotency_key="warm-up")
+    before = _degraded()
+    burst = 300  # the key store holds at most 50 connections
+    await ws.keystore.redis.execute_command("CLIENT", "PAUSE", 200, "WRITE")
+    results = await asyncio.gather(*(submit(n, idempotency_key=f"b{n}") for n in range(burst)))
+    assert results == list(range(burst))
+    assert sorted(effects) == [-1, *range(burst)]
+    assert _degraded() == before
+    assert ws.keystore.available
