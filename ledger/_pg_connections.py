@@ -11,8 +11,7 @@ terminated backend takes its siblings with it).
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Mapping
-from contextlib import asynccontextmanager
+from collections.abc import Mapping
 from typing import Any
 
 import asyncpg
@@ -34,19 +33,27 @@ class ConnectionPool:
         self._slots = asyncio.Semaphore(size)
         self._idle: list[asyncpg.Connection] = []
 
-    @asynccontextmanager
-    async def connection(self) -> AsyncIterator[asyncpg.Connection]:
-        async with self._slots:
-            connection = self._idle.pop() if self._idle else await asyncpg.connect(**self._connect)
-            try:
-                yield connection
-            except BaseException as error:
-                connection.terminate()
-                if isinstance(error, _BROKEN):
-                    self._terminate_idle()
-                raise
-            if not connection.is_closed():
-                self._idle.append(connection)
+    async def acquire(self) -> asyncpg.Connection:
+        """An idle connection, or a new one; wait while `size` are in use."""
+        await self._slots.acquire()
+        try:
+            return self._idle.pop() if self._idle else await asyncpg.connect(**self._connect)
+        except BaseException:
+            self._slots.release()
+            raise
+
+    def release(self, connection: asyncpg.Connection) -> None:
+        """Return a connection whose statement completed."""
+        if not connection.is_closed():
+            self._idle.append(connection)
+        self._slots.release()
+
+    def discard(self, connection: asyncpg.Connection, error: BaseException) -> None:
+        """Close a connection whose statement failed or was cancelled: its state is unknown."""
+        connection.terminate()
+        if isinstance(error, _BROKEN):
+            self._terminate_idle()
+        self._slots.release()
 
     async def close(self) -> None:
         idle, self._idle = self._idle, []

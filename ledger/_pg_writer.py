@@ -10,11 +10,10 @@ other ledger error.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Mapping
-from contextlib import asynccontextmanager
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, TypeVar
 
 import asyncpg
 from sqlalchemy import (
@@ -40,6 +39,8 @@ from ledger._pg_connections import ConnectionPool
 from ledger._records import AttemptKind, OperationRecord
 from ledger._states import Status
 from ledger._writer import FENCED, Change, attempts, operations
+
+T = TypeVar("T")
 
 _DIALECT = PGDialect_asyncpg()  # type: ignore[no-untyped-call]
 
@@ -117,8 +118,7 @@ class PostgresWriter:
     async def renew(self, leases: Mapping[int, str], until: datetime) -> set[int]:
         statement = self._compiled(("renew",), _renew)
         params = {"ids": list(leases), "owners": list(leases.values()), "until": until}
-        async with self._connection(statement) as connection:
-            rows = await connection.fetch(statement.sql, *statement.arguments(params))
+        rows = await self._run(statement, params, asyncpg.Connection.fetch)
         return {row["id"] for row in rows}
 
     async def close(self) -> None:
@@ -131,27 +131,28 @@ class PostgresWriter:
         return compiled
 
     async def _value(self, statement: _Compiled, params: Mapping[str, Any]) -> Any:
-        async with self._connection(statement) as connection:
-            return await connection.fetchval(statement.sql, *statement.arguments(params))
+        return await self._run(statement, params, asyncpg.Connection.fetchval)
 
     async def _row(self, statement: _Compiled, params: Mapping[str, Any]) -> OperationRecord | None:
-        async with self._connection(statement) as connection:
-            row = await connection.fetchrow(statement.sql, *statement.arguments(params))
+        row = await self._run(statement, params, asyncpg.Connection.fetchrow)
         return None if row is None else OperationRecord.from_row(row)
 
-    @asynccontextmanager
-    async def _connection(self, statement: _Compiled) -> AsyncIterator[asyncpg.Connection]:
+    async def _run(
+        self, statement: _Compiled, params: Mapping[str, Any], fetch: Callable[..., Awaitable[T]]
+    ) -> T:
+        """Run `statement` on a pooled connection, raising driver errors as SQLAlchemy's."""
+        connection = await self._pool.acquire()
         try:
-            async with self._pool.connection() as connection:
-                yield connection
-        except asyncpg.IntegrityConstraintViolationError as error:
-            raise IntegrityError(statement.sql, None, error) from error
-        except (
-            asyncpg.PostgresError,
-            asyncpg.InterfaceError,
-            asyncpg.InternalClientError,
-        ) as error:
-            raise OperationalError(statement.sql, None, error) from error
+            result = await fetch(connection, statement.sql, *statement.arguments(params))
+        except BaseException as error:
+            self._pool.discard(connection, error)
+            if isinstance(error, asyncpg.IntegrityConstraintViolationError):
+                raise IntegrityError(statement.sql, None, error) from error
+            if isinstance(error, _DRIVER_ERRORS):
+                raise OperationalError(statement.sql, None, error) from error
+            raise
+        self._pool.release(connection)
+        return result
 
 
 def _claim(names: tuple[str, ...]) -> Select[Any]:

@@ -41,6 +41,11 @@ class _Record:
     def from_row(cls, row: _Row) -> Self:
         return cls(**{name: row[name] for name in _field_names(cls)})
 
+    def with_values(self, **changes: Any) -> Self:
+        """`dataclasses.replace`, without walking the fields again on every call."""
+        values = {name: getattr(self, name) for name in _field_names(type(self))}
+        return type(self)(**(values | changes))
+
 
 @dataclass(frozen=True, slots=True)
 class OperationRecord(_Record):
@@ -69,7 +74,8 @@ class OperationRecord(_Record):
     updated_at: datetime
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "status", Status(self.status))
+        if type(self.status) is not Status:  # rows hold the plain string
+            object.__setattr__(self, "status", Status(self.status))
 
     def lease_expired(self, now: datetime) -> bool:
         """True when an `in_flight` lease can no longer be trusted to finish by itself."""

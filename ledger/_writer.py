@@ -10,7 +10,7 @@ in-process call); PostgreSQL gets the one-statement writer in `ledger._pg_writer
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Protocol, cast
 
@@ -58,8 +58,8 @@ class Change:
 
     def landed(self) -> OperationRecord:
         """The operation as this change leaves it, once it has landed."""
-        return replace(
-            self.current, version=self.current.version + 1, updated_at=self.now, **self.values
+        return self.current.with_values(
+            version=self.current.version + 1, updated_at=self.now, **self.values
         )
 
 
