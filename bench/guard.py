@@ -22,7 +22,8 @@ import asyncpg
 from rich.console import Console
 from rich.table import Table
 
-from bench._setup import PG_URL, REDIS_URL, asyncpg_dsn, isolated
+from bench._cli import run_and_report
+from bench._setup import asyncpg_dsn, isolated
 from bench._stats import Series, measure, us
 from idempotency import Tool, WriteSafe
 from idempotency._keystore import RedisKeyStore
@@ -273,15 +274,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=10)
     parser.add_argument("--per-round", type=int, default=50)
-    parser.add_argument("--database-url", default=PG_URL)
-    parser.add_argument("--redis-url", default=REDIS_URL)
-    parser.add_argument("--json", action="store_true", help="print the report as JSON")
-    args = parser.parse_args()
-    report = asyncio.run(run(args))
-    if args.json:
-        print(json.dumps(report, indent=2))
-    else:
-        _print(report)
+    run_and_report(parser, run, _print)
 
 
 if __name__ == "__main__":
