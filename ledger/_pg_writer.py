@@ -124,7 +124,7 @@ class PostgresWriter:
     async def close(self) -> None:
         await self._pool.close()
 
-    def _compiled(self, shape: tuple[Any, ...], build: Any) -> _Compiled:
+    def _compiled(self, shape: tuple[Any, ...], build: Callable[[], ClauseElement]) -> _Compiled:
         compiled = self._statements.get(shape)
         if compiled is None:
             compiled = self._statements[shape] = _Compiled.of(build())

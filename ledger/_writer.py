@@ -78,7 +78,7 @@ class Writer(Protocol):
 
     async def renew(self, leases: Mapping[int, str], until: datetime) -> set[int]:
         """Extend the `in_flight` leases `{operation id: owner}`; the ids whose owner still holds
-        theirs. Owner tokens are unique per execution, so `id IN … AND owner IN …` matches only
+        theirs. Owner tokens are random per guarded call, so `id IN … AND owner IN …` matches only
         the given pairs."""
 
     async def close(self) -> None:
