@@ -19,7 +19,7 @@ import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from enum import Enum
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from redis.asyncio import ConnectionPool, Redis
 from redis.exceptions import RedisError
@@ -133,11 +133,12 @@ class RedisKeyStore:
 
     async def claim(self, scope: str, key: str, token: str, lease_seconds: float) -> StoreClaim:
         """One round trip: the cached outcome if there is one, else try to take the lease."""
+        # The command as `Redis.set(…, nx=True, px=…, get=True)` builds it, without that
+        # method's per-call argument checks (a tenth of a replay); `get=True` tells the
+        # response callback to return the old value instead of a success flag.
+        command = ("SET", self.key(scope, key), _LEASE + token, "NX", "PX", _ms(lease_seconds))
         reached, held = await self._guarded(
-            "claim",
-            lambda: self.redis.set(
-                self.key(scope, key), _LEASE + token, nx=True, px=_ms(lease_seconds), get=True
-            ),
+            "claim", lambda: self._command(*command, "GET", get=True)
         )
         if not reached:
             return _UNAVAILABLE
@@ -158,9 +159,8 @@ class RedisKeyStore:
         name = self.key(scope, key)
         if cached is not None:
             value = _OUTCOME + cached.encode()
-            await self._guarded(
-                "finish", lambda: self.redis.set(name, value, px=self._outcome_ttl_ms)
-            )
+            command = ("SET", name, value, "PX", self._outcome_ttl_ms)
+            await self._guarded("finish", lambda: self._command(*command))
         else:
             await self._guarded("finish", lambda: self._release(keys=[name], args=[_LEASE + token]))
 
@@ -185,6 +185,9 @@ class RedisKeyStore:
 
     async def close(self) -> None:
         await self.redis.aclose()
+
+    def _command(self, *args: str | int, **options: Any) -> Awaitable[Any]:
+        return self.redis.execute_command(*args, **options)  # type: ignore[no-untyped-call]
 
     async def _guarded(
         self, operation: str, call: Callable[[], Awaitable[T]]
