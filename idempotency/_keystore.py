@@ -145,10 +145,16 @@ class RedisKeyStore:
         if held is None:
             return _ACQUIRED
         assert isinstance(held, bytes), "the client does not decode responses"
-        value = held.decode()
-        if value.startswith(_OUTCOME):
-            outcome = CachedOutcome.decode(value.removeprefix(_OUTCOME))
-            return StoreClaim(LeaseState.CACHED, outcome=outcome)
+        try:
+            value = held.decode()
+            if value.startswith(_OUTCOME):
+                outcome = CachedOutcome.decode(value.removeprefix(_OUTCOME))
+                return StoreClaim(LeaseState.CACHED, outcome=outcome)
+        except ValueError:
+            # Not ours to read (another writer under this prefix, a damaged value): the ledger
+            # answers this call, as it would with Redis down.
+            logger.warning("unreadable value under %s; asking the ledger", self.key(scope, key))
+            return _UNAVAILABLE
         return StoreClaim(LeaseState.BUSY, holder=value.removeprefix(_LEASE))
 
     async def finish(

@@ -264,3 +264,14 @@ async def test_a_burst_beyond_the_redis_pool_queues_instead_of_degrading(
     assert {claim.state for claim in claims} == {LeaseState.ACQUIRED}
     assert _degraded() == before
     assert store.available
+
+
+@pytest.mark.parametrize("backend", ["postgres+redis"])
+async def test_an_unreadable_redis_value_falls_back_to_the_ledger(make_ws: MakeWriteSafe) -> None:
+    ws = make_ws()
+    assert ws.keystore is not None
+    submit, effects = echo_tool(ws)
+    assert await submit(5, idempotency_key="k") == 5
+    await ws.keystore.redis.set(ws.keystore.key("default", "k"), b"O:\xff not an outcome")
+    assert await submit(5, idempotency_key="k") == 5  # replayed from the ledger
+    assert effects == [5]
