@@ -52,8 +52,11 @@ class LeaseKeeper:
         self._task: asyncio.Task[None] | None = None
 
     def hold(self, lease: HeldLease) -> None:
+        """Keep `lease` alive until it is released (or lost); starts the renewing task if none
+        runs on this event loop."""
         self._held[lease.operation_id] = lease
-        if self._task is None or self._task.done():
+        task = self._task
+        if task is None or task.done() or task.get_loop() is not asyncio.get_running_loop():
             self._task = asyncio.create_task(self._renew_while_held())
 
     def release(self, lease: HeldLease) -> None:
@@ -61,11 +64,13 @@ class LeaseKeeper:
             del self._held[lease.operation_id]
 
     async def close(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
+        task, self._task = self._task, None
+        if task is None or task.done():
+            return
+        task.cancel()
+        if task.get_loop() is asyncio.get_running_loop():
             with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-            self._task = None
+                await task
 
     async def _renew_while_held(self) -> None:
         while self._held:

@@ -1,0 +1,70 @@
+"""One task renews every running write's lease in one statement per tick, and drops lost ones."""
+
+from __future__ import annotations
+
+import asyncio
+
+from idempotency._guard import LEDGER_ERRORS
+from idempotency._leases import HeldLease, LeaseKeeper
+from ledger import Intent, Outcome, Status
+from tests.conftest import MakeWriteSafe
+
+LEASE = 0.3
+
+
+async def test_held_leases_are_renewed_together_and_a_lost_one_is_dropped(
+    make_ws: MakeWriteSafe,
+) -> None:
+    ws = make_ws()
+    await ws.start()
+    ledger = ws.ledger
+    kept = (await ledger.claim(_intent("kept", "owner-a"))).operation
+    lost = (await ledger.claim(_intent("lost", "owner-b"))).operation
+    keeper = LeaseKeeper(ledger, ws.keystore, LEASE, LEDGER_ERRORS)
+    keeper.hold(HeldLease(kept.id, "owner-a", "default", "kept", "owner-a/f"))
+    keeper.hold(HeldLease(lost.id, "owner-b", "default", "lost", "owner-b/f"))
+    try:
+        # Another actor ends the second operation: its owner no longer holds a lease.
+        assert await ledger.finish(lost, "owner-b", Outcome(Status.SUCCEEDED, result="1"))
+        await asyncio.sleep(LEASE * 3)  # nine ticks: without renewal both leases would lapse
+        renewed = await ledger.get("default", "kept")
+        finished = await ledger.get("default", "lost")
+        assert set(keeper._held) == {kept.id}, "the lost lease is no longer renewed"
+    finally:
+        await keeper.close()
+    assert renewed is not None
+    assert renewed.status is Status.IN_FLIGHT
+    assert renewed.lease_expires_at is not None
+    assert kept.lease_expires_at is not None
+    assert renewed.lease_expires_at > kept.lease_expires_at
+    assert not renewed.lease_expired(ledger.clock.now())
+    assert finished is not None
+    assert finished.status is Status.SUCCEEDED
+    assert finished.lease_owner is None  # never given back to its old owner
+
+
+async def test_the_renewing_task_ends_when_no_lease_is_held(make_ws: MakeWriteSafe) -> None:
+    ws = make_ws()
+    await ws.start()
+    operation = (await ws.ledger.claim(_intent("k", "owner"))).operation
+    keeper = LeaseKeeper(ws.ledger, ws.keystore, LEASE, LEDGER_ERRORS)
+    lease = HeldLease(operation.id, "owner", "default", "k", "owner/f")
+    keeper.hold(lease)
+    task = keeper._task
+    assert task is not None
+    keeper.release(lease)
+    await asyncio.wait_for(task, LEASE)  # it notices at its next tick and returns
+    await keeper.close()
+
+
+def _intent(key: str, owner: str) -> Intent:
+    return Intent(
+        scope="default",
+        key=key,
+        tool="submit",
+        fingerprint="f" * 64,
+        arguments="{}",
+        owner=owner,
+        lease_seconds=LEASE,
+        max_executions=3,
+    )
