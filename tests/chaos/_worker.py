@@ -42,10 +42,15 @@ class Agent:
         self._journal = journal
         self.corrections: Counter[str] = Counter()
         self.renewals: Counter[str] = Counter()
+        # Tries count across restarts: a worker killed faster than it can use up an order's
+        # tries (the last order left, waiting on an operator) would otherwise never finish.
+        self.tries: Counter[str] = Counter()
         for entry in history:
             self._remember(entry)
 
     def _remember(self, entry: dict[str, Any]) -> None:
+        if entry["kind"] != "final":
+            self.tries[entry["ref"]] += 1
         code = (entry.get("envelope") or {}).get("code")
         if code == "INPUT_INVALID":
             self.corrections[entry["ref"]] += 1
@@ -64,7 +69,7 @@ class Agent:
 
     async def order(self, ref: str) -> None:
         final = "gave_up"
-        for _ in range(MAX_TRIES):
+        for _ in range(MAX_TRIES - self.tries[ref]):
             try:
                 result = await submit_order(
                     self.payload(ref), idempotency_key=ref, auth_context=f"t{self.renewals[ref]}"
