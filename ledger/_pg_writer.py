@@ -140,17 +140,19 @@ class PostgresWriter:
     async def _run(
         self, statement: _Compiled, params: Mapping[str, Any], fetch: Callable[..., Awaitable[T]]
     ) -> T:
-        """Run `statement` on a pooled connection, raising driver errors as SQLAlchemy's."""
-        connection = await self._pool.acquire()
+        """Run `statement` on a pooled connection, raising driver errors as SQLAlchemy's (those
+        of opening a connection too: a refused or exhausted server is a ledger outage)."""
         try:
-            result = await fetch(connection, statement.sql, *statement.arguments(params))
-        except BaseException as error:
-            self._pool.discard(connection, error)
-            if isinstance(error, asyncpg.IntegrityConstraintViolationError):
-                raise IntegrityError(statement.sql, None, error) from error
-            if isinstance(error, _DRIVER_ERRORS):
-                raise OperationalError(statement.sql, None, error) from error
-            raise
+            connection = await self._pool.acquire()
+            try:
+                result = await fetch(connection, statement.sql, *statement.arguments(params))
+            except BaseException as error:
+                self._pool.discard(connection, error)
+                raise
+        except asyncpg.IntegrityConstraintViolationError as error:
+            raise IntegrityError(statement.sql, None, error) from error
+        except _DRIVER_ERRORS as error:
+            raise OperationalError(statement.sql, None, error) from error
         self._pool.release(connection)
         return result
 

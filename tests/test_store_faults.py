@@ -275,3 +275,20 @@ async def test_an_unreadable_redis_value_falls_back_to_the_ledger(make_ws: MakeW
     await ws.keystore.redis.set(ws.keystore.key("default", "k"), b"O:\xff not an outcome")
     assert await submit(5, idempotency_key="k") == 5  # replayed from the ledger
     assert effects == [5]
+
+
+@pytest.mark.parametrize("backend", ["postgres"])
+async def test_a_refused_ledger_connection_is_a_typed_outage(make_ws: MakeWriteSafe) -> None:
+    """The server refusing a new connection (too many clients, a dropped database) is a ledger
+    outage like any other: TEMP_UNAVAILABLE before the write, never a raw driver error."""
+    ws = make_ws()
+    submit, effects = echo_tool(ws)
+    await ws.start()
+    writer = ws.ledger.writer
+    assert isinstance(writer, PostgresWriter)
+    writer._pool._connect["database"] = "writesafe_no_such_database"  # refused at connect
+    with pytest.raises(WriteSafeError) as refused:
+        await submit(1, idempotency_key="k")
+    assert refused.value.envelope.code == "TEMP_UNAVAILABLE"
+    assert refused.value.envelope.side_effects == "none"
+    assert effects == []
