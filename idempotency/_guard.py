@@ -220,14 +220,7 @@ class Guard:
             return await attempt(lambda: self.ledger.claim(intent), _retry_claim)
         except LEDGER_ERRORS as error:
             logger.warning("ledger unavailable before the write (%s)", type(error).__name__)
-            raise WriteSafeError(
-                self.codes.envelope(
-                    Code.TEMP_UNAVAILABLE,
-                    "the ledger is unavailable; the write was not started",
-                    retry_after_ms=1_000,
-                    side_effects=SideEffects.NONE,
-                )
-            ) from error
+            raise self.write_not_started() from error
 
     def _intent(self, call: GuardedCall, owner: str) -> Intent:
         return Intent(
@@ -531,6 +524,18 @@ class Guard:
             )
         )
 
+    def write_not_started(self, operation: OperationInfo | None = None) -> WriteSafeError:
+        """The ledger could not be reached before any write: nothing ran, retry later."""
+        return WriteSafeError(
+            self.codes.envelope(
+                Code.TEMP_UNAVAILABLE,
+                "the ledger is unavailable; the write was not started",
+                retry_after_ms=1_000,
+                side_effects=SideEffects.NONE,
+                operation=operation,
+            )
+        )
+
     def _ledger_lost(self, call: GuardedCall, operation: OperationRecord) -> WriteSafeError:
         """The ledger failed while deciding about an existing operation; this call wrote nothing.
 
@@ -539,15 +544,7 @@ class Guard:
         """
         logger.warning("ledger unavailable while deciding %s/%s", call.scope, call.key)
         if operation.status is Status.FAILED:
-            return WriteSafeError(
-                self.codes.envelope(
-                    Code.TEMP_UNAVAILABLE,
-                    "the ledger is unavailable; the write was not started",
-                    retry_after_ms=1_000,
-                    side_effects=SideEffects.NONE,
-                    operation=operation_info(operation),
-                )
-            )
+            return self.write_not_started(operation_info(operation))
         return WriteSafeError(
             self.codes.envelope(
                 Code.OUTCOME_UNKNOWN,

@@ -10,7 +10,7 @@ from typing import Any, TypeVar
 
 from idempotency._arguments import KEY_PARAMETER
 from idempotency._context import OperationContext, current_operation
-from idempotency._errors import WriteSafeError, invalid_input
+from idempotency._errors import invalid_input
 from idempotency._guard import LEDGER_ERRORS, Guard, GuardSettings
 from idempotency._keys import DEFAULT_SCOPE, validate_key
 from idempotency._keystore import RedisKeyStore
@@ -24,7 +24,6 @@ from reconciler import (
     DEFAULT_ADAPTER,
     DEFAULT_RETRY_POLICY,
     Adapter,
-    Code,
     CodeRegistry,
     Lookup,
     LookupSpec,
@@ -221,13 +220,7 @@ class WriteSafe:
             except LedgerNotMigrated:
                 raise
             except LEDGER_ERRORS as error:
-                raise WriteSafeError(
-                    self.codes.envelope(
-                        Code.TEMP_UNAVAILABLE,
-                        "the ledger is unavailable; the write was not started",
-                        retry_after_ms=1_000,
-                    )
-                ) from error
+                raise self._guard.write_not_started() from error
         return self._guard
 
     async def close(self) -> None:
