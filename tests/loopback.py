@@ -12,12 +12,15 @@ import uvicorn
 
 
 @contextlib.asynccontextmanager
-async def on_loopback(app: Any) -> AsyncIterator[str]:
-    """`app` served (lifespan included) on an ephemeral loopback port; yields its base URL."""
+async def on_loopback(app: Any, *, lifespan: str = "auto") -> AsyncIterator[str]:
+    """`app` served on an ephemeral loopback port; yields its base URL. `lifespan="off"` for an
+    app whose stores the test opens and closes itself."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
-        config = uvicorn.Config(app, log_level="warning", timeout_graceful_shutdown=1)
+        config = uvicorn.Config(
+            app, log_level="warning", lifespan=lifespan, timeout_graceful_shutdown=1
+        )
         server = uvicorn.Server(config)
         task = asyncio.create_task(server.serve(sockets=[sock]))
         try:

@@ -3,21 +3,19 @@ clients that reach the app either in-process (ASGI) or through uvicorn on loopba
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
-import socket
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any
 
 import httpx
-import uvicorn
 from fastapi import FastAPI
 
 from idempotency import Found, ToolError, Unknown, WriteSafe
 from ledger import ApiKeys, Role, Status
 from reconciler import PROBLEM_MEDIA_TYPE
 from reconciler.service import create_api_key
+from tests.loopback import on_loopback
 
 SCOPES = ("tenant-a", "tenant-b")
 
@@ -98,21 +96,8 @@ async def served(
     if transport == "asgi":
         yield "http://service.test", httpx.ASGITransport(app=app)
         return
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    sock.bind(("127.0.0.1", 0))
-    port = sock.getsockname()[1]
-    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="off"))
-    task = asyncio.create_task(server.serve(sockets=[sock]))
-    try:
-        while not server.started:
-            if task.done():
-                task.result()
-            await asyncio.sleep(0.01)
-        yield f"http://127.0.0.1:{port}", None
-    finally:
-        server.should_exit = True
-        await task
-        sock.close()
+    async with on_loopback(app, lifespan="off") as url:
+        yield url, None
 
 
 def assert_problem(
