@@ -105,18 +105,13 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         await lite.execute("PRAGMA synchronous=FULL")
         await lite.execute("CREATE TABLE bench_floor (id INTEGER PRIMARY KEY, k TEXT, v TEXT)")
 
-        embedded = WriteSafe(f"sqlite+aiosqlite:///{workdir / 'ledger.db'}")
-        embedded_b = WriteSafe(f"sqlite+aiosqlite:///{workdir / 'ledger.db'}")
-        pg_only = WriteSafe(args.database_url, schema=iso.schema, auto_migrate=True)
-        pg_only_b = WriteSafe(args.database_url, schema=iso.schema, auto_migrate=True)
-        full = WriteSafe(
-            args.database_url,
-            args.redis_url,
-            schema=iso.schema,
-            redis_prefix=iso.redis_prefix,
-            auto_migrate=True,
-        )
-        full_b = WriteSafe(
+        def workers(*stores: str | None, **options: Any) -> tuple[WriteSafe, WriteSafe]:
+            # Two WriteSafes on the same stores stand in for two worker processes.
+            return WriteSafe(*stores, **options), WriteSafe(*stores, **options)
+
+        embedded, embedded_b = workers(f"sqlite+aiosqlite:///{workdir / 'ledger.db'}")
+        pg_only, pg_only_b = workers(args.database_url, schema=iso.schema, auto_migrate=True)
+        full, full_b = workers(
             args.database_url,
             args.redis_url,
             schema=iso.schema,
