@@ -1,8 +1,9 @@
 """The guard: at most one execution per `(scope, key)`, with durable intent before the effect.
 
 A call goes: Redis (cached result, or the lease) → the ledger claim (authoritative) → execute →
-record the outcome (fenced) → cache. Redis only ever saves round trips; every decision to execute
-is taken by the ledger, so losing Redis data can never cause a second execution.
+record the outcome (fenced) → answer, and cache the outcome behind the answer. Redis only ever
+saves round trips; every decision to execute is taken by the ledger, so losing Redis data can
+never cause a second execution.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from tenacity import (
 from idempotency._attempts import attempt
 from idempotency._context import OperationContext, reset_current, set_current
 from idempotency._errors import WriteSafeError
+from idempotency._fills import CacheFills
 from idempotency._gate import Resumed, replay_gate
 from idempotency._keystore import CachedOutcome, LeaseState, RedisKeyStore
 from idempotency._leases import HeldLease, LeaseKeeper
@@ -117,11 +119,17 @@ class Guard:
         self.codes = codes
         self.settings = settings
         self._leases = LeaseKeeper(ledger, keystore, settings.lease_seconds, LEDGER_ERRORS)
+        self._fills = CacheFills()
         # In-process single flight: same-key, same-payload calls in this process wait on the
         # first one's future instead of polling the stores.
         self._local: dict[tuple[str, str], tuple[str, asyncio.Future[None]]] = {}
 
+    async def flush(self) -> None:
+        """Wait for the Redis cache writes still running behind answers already given."""
+        await self._fills.drain()
+
     async def close(self) -> None:
+        await self.flush()
         await self._leases.close()
 
     async def call(self, call: GuardedCall) -> Any:
@@ -172,6 +180,7 @@ class Guard:
     async def _lead(self, call: GuardedCall, deadline: float) -> _Answer:
         loop = asyncio.get_running_loop()
         pause = 0.002
+        await self._fills.settled((call.scope, call.key))
         while True:
             step = await self._attempt(call)
             if isinstance(step, _Answer):
@@ -207,10 +216,14 @@ class Guard:
         finally:
             if holds_store_lease:
                 assert self.keystore is not None
-                cache = None
                 if isinstance(answer, _Answer) and answer.succeeded is not None:
-                    cache = _cache_entry(answer.succeeded)
-                await self.keystore.finish(call.scope, call.key, token, cache)
+                    # The ledger has the outcome: the caller need not wait for its copy.
+                    fill = self.keystore.finish(
+                        call.scope, call.key, token, _cache_entry(answer.succeeded)
+                    )
+                    self._fills.start((call.scope, call.key), fill)
+                else:
+                    await self.keystore.finish(call.scope, call.key, token)
 
     async def _claim(self, call: GuardedCall, owner: str) -> Claim:
         intent = self._intent(call, owner)

@@ -162,6 +162,7 @@ class Harness:
             assert attempts, "an operation without its attempt"
             assert all(a.finished_at is not None for a in attempts)
         if self.prefix is not None:
+            await (await self.ws.guard()).flush()  # cache writes run behind the answers
             redis = Redis.from_url(REDIS_URL)
             try:
                 keys = [k async for k in redis.scan_iter(match=f"{self.prefix}:*")]

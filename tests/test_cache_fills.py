@@ -1,0 +1,105 @@
+"""The Redis copy of a succeeded outcome is written behind the caller's answer, and in order."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+from redis.asyncio import Redis
+
+from idempotency import Tool, WriteSafe
+from tests.conftest import REDIS_URL, MakeWriteSafe
+from tests.test_store_faults import echo_tool
+
+pytestmark = pytest.mark.parametrize("backend", ["postgres+redis"])
+
+
+def hold_cache_writes(ws: WriteSafe, monkeypatch: pytest.MonkeyPatch) -> asyncio.Event:
+    """Make the key store's cache writes wait until the returned event is set."""
+    assert ws.keystore is not None
+    release = asyncio.Event()
+    finish = ws.keystore.finish
+
+    async def held_finish(*args: Any, **kwargs: Any) -> None:
+        await release.wait()
+        await finish(*args, **kwargs)
+
+    monkeypatch.setattr(ws.keystore, "finish", held_finish)
+    return release
+
+
+async def first_call(submit: Tool[int]) -> int:
+    """The first call on key "k"; bounded, since it must not wait for a held cache write."""
+    return await asyncio.wait_for(submit(1, idempotency_key="k"), timeout=5)
+
+
+async def stored_value(ws: WriteSafe, key: str) -> bytes:
+    """What Redis holds for `key` (empty if nothing), read by a client of its own."""
+    assert ws.keystore is not None
+    redis = Redis.from_url(REDIS_URL)
+    try:
+        value: bytes | None = await redis.get(ws.keystore.key("default", key))
+        return value or b""
+    finally:
+        await redis.aclose()
+
+
+async def test_the_answer_does_not_wait_for_the_cache_write(
+    make_ws: MakeWriteSafe, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    ws = make_ws()
+    submit, effects = echo_tool(ws)
+    release = hold_cache_writes(ws, monkeypatch)
+
+    assert await first_call(submit) == 1
+    held = await stored_value(ws, "k")
+    assert held.startswith(b"L:"), "the lease stays until the fill lands"
+    release.set()
+    assert await submit(1, idempotency_key="k") == 1
+    assert (await stored_value(ws, "k")).startswith(b"O:")
+    assert effects == [1]
+
+
+async def test_a_call_in_the_same_process_waits_for_the_pending_fill(
+    make_ws: MakeWriteSafe, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    ws = make_ws()
+    assert ws.keystore is not None
+    submit, effects = echo_tool(ws)
+    release = hold_cache_writes(ws, monkeypatch)
+    await first_call(submit)
+    claims = 0
+    claim = ws.keystore.claim
+
+    async def counted_claim(*args: Any, **kwargs: Any) -> Any:
+        nonlocal claims
+        claims += 1
+        return await claim(*args, **kwargs)
+
+    monkeypatch.setattr(ws.keystore, "claim", counted_claim)
+
+    duplicate = asyncio.create_task(submit(1, idempotency_key="k"))
+    await asyncio.sleep(0.1)
+    assert not duplicate.done()
+    assert claims == 0, "the duplicate polled the lease instead of waiting for the fill"
+    release.set()
+    assert await duplicate == 1
+    assert claims == 1  # one claim, answered by the cached outcome
+    assert effects == [1]
+
+
+async def test_closing_waits_for_pending_fills(
+    make_ws: MakeWriteSafe, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    ws = make_ws()
+    submit, _ = echo_tool(ws)
+    release = hold_cache_writes(ws, monkeypatch)
+    await first_call(submit)
+
+    closing = asyncio.create_task(ws.close())
+    await asyncio.sleep(0.05)
+    assert not closing.done()
+    release.set()
+    await closing
+    assert (await stored_value(ws, "k")).startswith(b"O:")
