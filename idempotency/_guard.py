@@ -181,8 +181,10 @@ class Guard:
         loop = asyncio.get_running_loop()
         pause = 0.002
         await self._fills.settled((call.scope, call.key))
+        first_look = True
         while True:
-            step = await self._attempt(call)
+            step = await self._attempt(call, first_look=first_look)
+            first_look = False
             if isinstance(step, _Answer):
                 return step
             remaining = deadline - loop.time()
@@ -192,7 +194,9 @@ class Guard:
                 await asyncio.sleep(min(pause, remaining))
                 pause = min(pause * 2, _MAX_POLL_SECONDS)
 
-    async def _attempt(self, call: GuardedCall) -> _Answer | _Busy:
+    async def _attempt(self, call: GuardedCall, *, first_look: bool) -> _Answer | _Busy:
+        """One try at the call; `first_look`: the call's first, which checks a busy lease against
+        the ledger once."""
         owner = secrets.token_hex(16)
         token = _store_token(owner, call.fingerprint)
         holds_store_lease = False
@@ -204,7 +208,8 @@ class Guard:
             if store.outcome is not None:
                 return self._replay_cached(call, store.outcome)
             if store.state is LeaseState.BUSY and _same_payload(store.holder, call.fingerprint):
-                return _Busy(_MIN_RETRY_AFTER_MS)
+                finished = await self._finished_in_ledger(call) if first_look else None
+                return finished or _Busy(_MIN_RETRY_AFTER_MS)
             holds_store_lease = store.state is LeaseState.ACQUIRED
         try:
             claim = await self._claim(call, owner)
@@ -217,13 +222,35 @@ class Guard:
             if holds_store_lease:
                 assert self.keystore is not None
                 if isinstance(answer, _Answer) and answer.succeeded is not None:
-                    # The ledger has the outcome: the caller need not wait for its copy.
-                    fill = self.keystore.finish(
-                        call.scope, call.key, token, _cache_entry(answer.succeeded)
-                    )
-                    self._fills.start((call.scope, call.key), fill)
+                    self._cache_behind(call, answer.succeeded)
                 else:
-                    await self.keystore.finish(call.scope, call.key, token)
+                    await self.keystore.release(call.scope, call.key, token)
+
+    def _cache_behind(self, call: GuardedCall, succeeded: OperationRecord) -> None:
+        """Copy the outcome to Redis behind the answer: the ledger has it, the caller goes on."""
+        assert self.keystore is not None
+        fill = self.keystore.cache(call.scope, call.key, _cache_entry(succeeded))
+        self._fills.start((call.scope, call.key), fill)
+
+    async def _finished_in_ledger(self, call: GuardedCall) -> _Answer | None:
+        """The ledger's answer for a key whose Redis lease outlived its write.
+
+        A writer that crashed after recording its outcome, or whose cache fill never ran (its
+        event loop ended first), leaves its lease in Redis until the lease runs out; the ledger
+        knows the operation succeeded, so a duplicate gets the result now and the copy is
+        repaired. A lease that is really held costs one read here.
+        """
+        try:
+            row = await self.ledger.get(call.scope, call.key)
+        except LEDGER_ERRORS:
+            return None
+        if row is None or row.status is not Status.SUCCEEDED:
+            return None
+        if row.fingerprint != call.fingerprint:
+            raise self._key_reused(call, row.tool, operation_info(row))
+        self._cache_behind(call, row)
+        assert row.result is not None
+        return _Answer(call.tool.codec.decode(row.result), "replayed", row)
 
     async def _claim(self, call: GuardedCall, owner: str) -> Claim:
         intent = self._intent(call, owner)

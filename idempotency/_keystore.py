@@ -157,18 +157,16 @@ class RedisKeyStore:
             return _UNAVAILABLE
         return StoreClaim(LeaseState.BUSY, holder=value.removeprefix(_LEASE))
 
-    async def finish(
-        self, scope: str, key: str, token: str, cached: CachedOutcome | None = None
-    ) -> None:
-        """Replace the lease with the final outcome, or (without one) release the lease if it is
-        still the token's. The outcome is written whoever holds the key: it is the ledger's."""
+    async def cache(self, scope: str, key: str, outcome: CachedOutcome) -> None:
+        """Replace whatever holds the key with the final outcome: it is the ledger's, so it is
+        written whoever holds the lease."""
+        command = ("SET", self.key(scope, key), _OUTCOME + outcome.encode(), "PX")
+        await self._guarded("cache", lambda: self._command(*command, self._outcome_ttl_ms))
+
+    async def release(self, scope: str, key: str, token: str) -> None:
+        """Release the lease if it is still the token's."""
         name = self.key(scope, key)
-        if cached is not None:
-            value = _OUTCOME + cached.encode()
-            command = ("SET", name, value, "PX", self._outcome_ttl_ms)
-            await self._guarded("finish", lambda: self._command(*command))
-        else:
-            await self._guarded("finish", lambda: self._release(keys=[name], args=[_LEASE + token]))
+        await self._guarded("release", lambda: self._release(keys=[name], args=[_LEASE + token]))
 
     async def renew(self, leases: Sequence[tuple[str, str, str]], lease_seconds: float) -> None:
         """Extend the leases `(scope, key, token)` still held by their token, in one round trip."""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
@@ -15,18 +16,33 @@ from tests.test_store_faults import echo_tool
 pytestmark = pytest.mark.parametrize("backend", ["postgres+redis"])
 
 
-def hold_cache_writes(ws: WriteSafe, monkeypatch: pytest.MonkeyPatch) -> asyncio.Event:
-    """Make the key store's cache writes wait until the returned event is set."""
-    assert ws.keystore is not None
-    release = asyncio.Event()
-    finish = ws.keystore.finish
+HoldCacheWrites = Callable[[WriteSafe], asyncio.Event]
 
-    async def held_finish(*args: Any, **kwargs: Any) -> None:
-        await release.wait()
-        await finish(*args, **kwargs)
 
-    monkeypatch.setattr(ws.keystore, "finish", held_finish)
-    return release
+@pytest.fixture
+def hold_cache_writes(
+    make_ws: MakeWriteSafe, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[HoldCacheWrites]:
+    """Make a worker's cache writes wait until the returned event is set (at the latest when the
+    test ends, before its workers close: closing waits for them)."""
+    releases: list[asyncio.Event] = []
+
+    def hold(ws: WriteSafe) -> asyncio.Event:
+        assert ws.keystore is not None
+        release = asyncio.Event()
+        cache = ws.keystore.cache
+
+        async def held_cache(*args: Any, **kwargs: Any) -> None:
+            await release.wait()
+            await cache(*args, **kwargs)
+
+        monkeypatch.setattr(ws.keystore, "cache", held_cache)
+        releases.append(release)
+        return release
+
+    yield hold
+    for release in releases:
+        release.set()
 
 
 async def first_call(submit: Tool[int]) -> int:
@@ -46,11 +62,11 @@ async def stored_value(ws: WriteSafe, key: str) -> bytes:
 
 
 async def test_the_answer_does_not_wait_for_the_cache_write(
-    make_ws: MakeWriteSafe, monkeypatch: pytest.MonkeyPatch
+    make_ws: MakeWriteSafe, hold_cache_writes: HoldCacheWrites
 ) -> None:
     ws = make_ws()
     submit, effects = echo_tool(ws)
-    release = hold_cache_writes(ws, monkeypatch)
+    release = hold_cache_writes(ws)
 
     assert await first_call(submit) == 1
     held = await stored_value(ws, "k")
@@ -62,12 +78,12 @@ async def test_the_answer_does_not_wait_for_the_cache_write(
 
 
 async def test_a_call_in_the_same_process_waits_for_the_pending_fill(
-    make_ws: MakeWriteSafe, monkeypatch: pytest.MonkeyPatch
+    make_ws: MakeWriteSafe, hold_cache_writes: HoldCacheWrites, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     ws = make_ws()
     assert ws.keystore is not None
     submit, effects = echo_tool(ws)
-    release = hold_cache_writes(ws, monkeypatch)
+    release = hold_cache_writes(ws)
     await first_call(submit)
     claims = 0
     claim = ws.keystore.claim
@@ -90,11 +106,11 @@ async def test_a_call_in_the_same_process_waits_for_the_pending_fill(
 
 
 async def test_closing_waits_for_pending_fills(
-    make_ws: MakeWriteSafe, monkeypatch: pytest.MonkeyPatch
+    make_ws: MakeWriteSafe, hold_cache_writes: HoldCacheWrites
 ) -> None:
     ws = make_ws()
     submit, _ = echo_tool(ws)
-    release = hold_cache_writes(ws, monkeypatch)
+    release = hold_cache_writes(ws)
     await first_call(submit)
 
     closing = asyncio.create_task(ws.close())
@@ -103,3 +119,20 @@ async def test_closing_waits_for_pending_fills(
     release.set()
     await closing
     assert (await stored_value(ws, "k")).startswith(b"O:")
+
+
+async def test_a_lease_left_by_a_fill_that_never_ran_does_not_hold_up_a_duplicate(
+    make_ws: MakeWriteSafe, hold_cache_writes: HoldCacheWrites
+) -> None:
+    # Worker A answers and its cache write never runs (its event loop ends first, or it dies):
+    # Redis keeps A's lease. Worker B's duplicate is answered from the ledger, not told to wait.
+    worker_a, worker_b = make_ws(), make_ws(wait_timeout=0.3)
+    submit_a, effects = echo_tool(worker_a)
+    hold_cache_writes(worker_a)
+    await first_call(submit_a)
+
+    submit_b, effects_b = echo_tool(worker_b)
+    assert await submit_b(1, idempotency_key="k") == 1
+    assert effects + effects_b == [1]
+    await (await worker_b.guard()).flush()
+    assert (await stored_value(worker_b, "k")).startswith(b"O:"), "B repaired the cached copy"
