@@ -3,8 +3,9 @@
 The Redis copy of an outcome only saves later callers a round trip, so the caller need not wait
 for it. The copy is still written in order: a later call on the same key in this process waits
 for the pending fill first (otherwise it would find the lease still in Redis and poll for it),
-and closing the guard waits for every fill. A fill lost to a crash is what a crash between the
-two writes always was: the lease in Redis runs out and the ledger answers.
+and closing the guard waits for every fill. A fill that never ran (a crash, or an event loop
+that ended first) leaves the writer's lease in Redis; a duplicate's first look finds the outcome
+in the ledger instead (`Guard._finished_in_ledger`).
 """
 
 from __future__ import annotations
@@ -20,15 +21,18 @@ Slot = tuple[str, str]  # (scope, key)
 
 
 class CacheFills:
-    """The cache writes still running, at most one per `(scope, key)` that callers wait on."""
+    """The cache writes still running: the latest per `(scope, key)` for callers to wait on, and
+    all of them for closing."""
 
     def __init__(self) -> None:
         self._pending: dict[Slot, asyncio.Task[None]] = {}
+        self._running: set[asyncio.Task[None]] = set()
 
     def start(self, slot: Slot, fill: Coroutine[Any, Any, None]) -> None:
         """Run `fill` in the background; later calls on `slot` wait for it."""
         task = asyncio.create_task(fill)
         self._pending[slot] = task
+        self._running.add(task)
         task.add_done_callback(lambda done: self._finished(slot, done))
 
     async def settled(self, slot: Slot) -> None:
@@ -41,11 +45,12 @@ class CacheFills:
     async def drain(self) -> None:
         """Wait for every fill started on this event loop (fills of closed loops died with them)."""
         loop = asyncio.get_running_loop()
-        tasks = [task for task in self._pending.values() if task.get_loop() is loop]
+        tasks = [task for task in self._running if task.get_loop() is loop]
         if tasks:
             await asyncio.wait(tasks)
 
     def _finished(self, slot: Slot, task: asyncio.Task[None]) -> None:
+        self._running.discard(task)
         if self._pending.get(slot) is task:
             del self._pending[slot]
         if not task.cancelled() and (error := task.exception()) is not None:
