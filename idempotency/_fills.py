@@ -39,8 +39,9 @@ class CacheFills:
         """Wait for the fill pending on `slot` in this event loop, if there is one."""
         task = self._pending.get(slot)
         if task is not None and task.get_loop() is asyncio.get_running_loop():
-            # A caller that gives up waiting must not cancel the fill others wait for.
-            await asyncio.shield(task)
+            # `wait`, not `await task`: a caller that gives up waiting must not cancel the fill
+            # others wait for, and a failed fill is logged, not raised into an unrelated call.
+            await asyncio.wait((task,))
 
     async def drain(self) -> None:
         """Wait for every fill started on this event loop (fills of closed loops died with them)."""
