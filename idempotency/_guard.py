@@ -352,9 +352,8 @@ class Guard:
                 failure = retryable
                 raise
 
-        lease = HeldLease(
-            operation.id, owner, call.scope, call.key, _store_token(owner, call.fingerprint)
-        )
+        store_token = None if self.keystore is None else _store_token(owner, call.fingerprint)
+        lease = HeldLease(operation.id, owner, call.scope, call.key, store_token)
         self._leases.hold(lease)
 
         def retrying() -> AsyncRetrying:

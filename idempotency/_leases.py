@@ -27,7 +27,9 @@ class HeldLease:
     owner: str
     scope: str
     key: str
-    store_token: str | None  # None when the key store's lease is not ours (or Redis is down)
+    # None without a key store. A token whose Redis lease is not ours (Redis was down at the
+    # claim, or another payload held the key) renews nothing: the renewal compares the token.
+    store_token: str | None
 
 
 class LeaseKeeper:
