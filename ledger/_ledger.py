@@ -211,13 +211,15 @@ class Ledger:
         operation row and first execution attempt are written atomically.
         """
         row = _operation_values(intent, self.clock.now())
-        operation_id = await self.writer.claim(row)
-        if operation_id is not None:
-            return Claim(OperationRecord(id=operation_id, **row), created=True)
-        # Operations are never deleted, so the row that won the conflict is there to read.
-        existing = await self.writer.fetch(intent.scope, intent.key)
-        assert existing is not None, "a conflicting row exists"
-        return Claim(existing, created=False)
+        while True:
+            operation_id = await self.writer.claim(row)
+            if operation_id is not None:
+                return Claim(OperationRecord(id=operation_id, **row), created=True)
+            existing = await self.writer.fetch(intent.scope, intent.key)
+            if existing is not None:
+                return Claim(existing, created=False)
+            # The row that won the conflict was deleted since (pruning, docs/operations.md):
+            # the key is free again, so claim it anew.
 
     async def restart(self, current: OperationRecord, intent: Intent) -> OperationRecord | None:
         """Begin another execution of a `failed` or `outcome_unknown` operation (a continuation).

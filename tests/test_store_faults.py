@@ -294,3 +294,25 @@ async def test_a_refused_ledger_connection_is_a_typed_outage(make_ws: MakeWriteS
     assert refused.value.envelope.code == "TEMP_UNAVAILABLE"
     assert refused.value.envelope.side_effects == "none"
     assert effects == []
+
+
+@pytest.mark.parametrize("backend", ["sqlite", "postgres"])
+async def test_a_row_pruned_between_a_claims_conflict_and_its_read_is_claimed_anew(
+    make_ws: MakeWriteSafe, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # docs/operations.md tells operators to delete old final rows; one may go while a claim on
+    # its key is between the conflicting insert and reading the row that won.
+    ws = make_ws()
+    submit, effects = echo_tool(ws)
+    await submit(1, idempotency_key="k")
+    fetch = ws.ledger.writer.fetch
+
+    async def fetch_after_pruning(scope: str, key: str) -> Any:
+        async with ws.ledger.engine.begin() as connection:
+            await connection.execute(text("DELETE FROM writesafe_operations WHERE key = 'k'"))
+        monkeypatch.setattr(ws.ledger.writer, "fetch", fetch)
+        return await fetch(scope, key)
+
+    monkeypatch.setattr(ws.ledger.writer, "fetch", fetch_after_pruning)
+    assert await submit(1, idempotency_key="k") == 1
+    assert effects == [1, 1], "a pruned key is a new operation"
