@@ -19,12 +19,13 @@ import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from enum import Enum
-from typing import Any, TypeVar
+from typing import TypeVar
 
 from redis.asyncio import ConnectionPool, Redis
 from redis.exceptions import RedisError
 
 from idempotency._metrics import STORE_DEGRADED
+from idempotency._redis_connections import RedisConnections, pack
 
 logger = logging.getLogger("writesafe")
 T = TypeVar("T")
@@ -101,11 +102,11 @@ class RedisKeyStore:
         max_connections: int = 50,
     ) -> None:
         self.prefix = prefix
-        self._outcome_ttl_ms = int(outcome_ttl * 1000)
+        self._outcome_ttl = _ms(outcome_ttl)
         self._breaker_seconds = breaker_seconds
         self._open_until = 0.0
         self._timeout = socket_timeout
-        # Calls beyond `max_connections` queue here rather than failing in redis-py's pool with
+        # Calls beyond `max_connections` queue rather than failing in redis-py's pool with
         # MaxConnectionsError (which would trip the breaker under a burst); redis-py's blocking
         # pool would queue too, at the cost of a condition and a timeout on every command. The
         # command timeout is applied around each call (`_guarded`) rather than by redis-py,
@@ -118,6 +119,9 @@ class RedisKeyStore:
             socket_connect_timeout=socket_timeout,
             socket_timeout=None,
         )
+        # The claim and the cache fill, on every guarded call, skip redis-py's command layer;
+        # the rest (renewals, releases, health checks) goes through its client.
+        self._hot = RedisConnections(pool)
         self.redis: Redis = Redis.from_pool(pool)
         self._release = self.redis.register_script(_RELEASE)
         self._renew = self.redis.register_script(_RENEW)
@@ -133,16 +137,14 @@ class RedisKeyStore:
 
     async def claim(self, scope: str, key: str, token: str, lease_seconds: float) -> StoreClaim:
         """One round trip: the cached outcome if there is one, else try to take the lease."""
-        # The command as `Redis.set(…, nx=True, px=…, get=True)` builds it, without that
-        # method's per-call argument checks (a tenth of a replay); `get=True` tells the
-        # response callback to return the old value instead of a success flag.
-        command = ("SET", self.key(scope, key), _LEASE + token, "NX", "PX", _ms(lease_seconds))
-        reached, held = await self._guarded(
-            "claim", lambda: self._command(*command, "GET", get=True)
-        )
+        lease = (_LEASE + token).encode()
+        name = self.key(scope, key).encode()
+        command = pack(b"SET", name, lease, b"NX", b"PX", _ms(lease_seconds), b"GET")
+        reached, held = await self._guarded("claim", lambda: self._hot.execute(command))
         if not reached:
             return _UNAVAILABLE
-        if held is None:
+        if held is None or held == lease:
+            # Our own lease: a claim whose reply was lost and that was sent again took the key.
             return _ACQUIRED
         assert isinstance(held, bytes), "the client does not decode responses"
         try:
@@ -160,8 +162,9 @@ class RedisKeyStore:
     async def cache(self, scope: str, key: str, outcome: CachedOutcome) -> None:
         """Replace whatever holds the key with the final outcome: it is the ledger's, so it is
         written whoever holds the lease."""
-        command = ("SET", self.key(scope, key), _OUTCOME + outcome.encode(), "PX")
-        await self._guarded("cache", lambda: self._command(*command, self._outcome_ttl_ms))
+        value = (_OUTCOME + outcome.encode()).encode()
+        command = pack(b"SET", self.key(scope, key).encode(), value, b"PX", self._outcome_ttl)
+        await self._guarded("cache", lambda: self._hot.execute(command))
 
     async def release(self, scope: str, key: str, token: str) -> None:
         """Release the lease if it is still the token's."""
@@ -188,10 +191,8 @@ class RedisKeyStore:
             return False
 
     async def close(self) -> None:
+        await self._hot.close()
         await self.redis.aclose()
-
-    def _command(self, *args: str | int, **options: Any) -> Awaitable[Any]:
-        return self.redis.execute_command(*args, **options)  # type: ignore[no-untyped-call]
 
     async def _guarded(
         self, operation: str, call: Callable[[], Awaitable[T]]
@@ -214,5 +215,6 @@ class RedisKeyStore:
             return False, None
 
 
-def _ms(seconds: float) -> int:
-    return max(int(seconds * 1000), 1)
+def _ms(seconds: float) -> bytes:
+    """A duration as Redis's PX argument: whole milliseconds, at least one."""
+    return b"%d" % max(int(seconds * 1000), 1)

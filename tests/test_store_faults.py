@@ -13,6 +13,7 @@ from sqlalchemy import text
 
 from idempotency import Status, Tool, WriteSafe, WriteSafeError
 from idempotency._keystore import LeaseState, RedisKeyStore
+from idempotency._redis_connections import pack
 from ledger import ManualClock
 from ledger._pg_writer import PostgresWriter
 from tests.conftest import PG_URL, REDIS_URL, MakeWriteSafe
@@ -316,3 +317,37 @@ async def test_a_row_pruned_between_a_claims_conflict_and_its_read_is_claimed_an
     monkeypatch.setattr(ws.ledger.writer, "fetch", fetch_after_pruning)
     assert await submit(1, idempotency_key="k") == 1
     assert effects == [1, 1], "a pruned key is a new operation"
+
+
+async def test_a_redis_connection_closed_by_the_server_is_replaced_without_degrading(
+    redis_prefix: str,
+) -> None:
+    """A Redis restart (here: the server killing the store's connection) leaves stale idle
+    connections behind; the next claim is sent again on a new one instead of switching Redis
+    off for the breaker's interval."""
+    store = RedisKeyStore(REDIS_URL, prefix=redis_prefix)
+    before = _degraded()
+    try:
+        assert (await store.claim("default", "a", "owner-a/f", 15)).state is LeaseState.ACQUIRED
+        client_id = await store._hot.execute(pack(b"CLIENT", b"ID"))
+        assert await store.redis.execute_command("CLIENT", "KILL", "ID", client_id) == 1
+        claim = await store.claim("default", "b", "owner-b/f", 15)
+    finally:
+        await store.close()
+    assert claim.state is LeaseState.ACQUIRED
+    assert _degraded() == before
+    assert store.available
+
+
+async def test_a_claim_sent_again_after_it_landed_holds_the_lease(redis_prefix: str) -> None:
+    """A claim whose reply was lost and that was sent again finds its own lease: it holds the
+    key, rather than waiting for itself as for a busy duplicate."""
+    store = RedisKeyStore(REDIS_URL, prefix=redis_prefix)
+    try:
+        await store.redis.set(store.key("default", "k"), "L:owner-1/f")  # the first send landed
+        again = await store.claim("default", "k", "owner-1/f", 15)
+        other = await store.claim("default", "k", "owner-2/f", 15)
+    finally:
+        await store.close()
+    assert again.state is LeaseState.ACQUIRED
+    assert (other.state, other.holder) == (LeaseState.BUSY, "owner-1/f")
