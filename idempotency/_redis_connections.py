@@ -2,7 +2,8 @@
 
 redis-py's client sends each command through its retry wrapper, event dispatcher and
 observability recorders, and its pool takes a lock and probes the socket on every checkout: a GET
-through it took 73 µs where the same GET sent here took 46 µs (`bench.guard`, docs/performance.md).
+through it took 71–91 µs where the same GET sent here took 44–54 µs (`bench.guard`, recorded in
+docs/performance.md).
 The guard sends two fixed commands per call (the claim and the cache fill), so it frames them
 itself and uses redis-py's `Connection` directly: connecting, authentication, TLS, database
 selection and reply parsing stay redis-py's.

@@ -1,11 +1,13 @@
-"""The key store's cached outcome survives its Redis text form exactly."""
+"""The key store's cached outcome survives its Redis text form, and Redis itself, exactly."""
 
 from __future__ import annotations
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from idempotency._keystore import CachedOutcome
+from idempotency._keystore import CachedOutcome, LeaseState, RedisKeyStore
+from tests.conftest import REDIS_URL
 
 printable = st.text(st.characters(min_codepoint=0x20, max_codepoint=0x7E), min_size=1)
 
@@ -21,3 +23,22 @@ def test_a_cached_outcome_round_trips(
 ) -> None:
     outcome = CachedOutcome("f" * 64, tool, executions, max_executions, result)
     assert CachedOutcome.decode(outcome.encode()) == outcome
+
+
+@pytest.mark.parametrize(
+    "result",
+    ['"a\\r\\nb"', '{"note":"line\\r\\n$5\\r\\n*2"}', '"\u00e9\u6f22\U0001f600"', '""', "0"],
+)
+async def test_a_cached_outcome_survives_redis_byte_for_byte(
+    redis_prefix: str, result: str
+) -> None:
+    """The key store frames its own commands: protocol characters and multi-byte text in a
+    result must come back exactly as they were written."""
+    store = RedisKeyStore(REDIS_URL, prefix=redis_prefix)
+    outcome = CachedOutcome("f" * 64, "submit", 1, 3, result)
+    try:
+        await store.cache("default", "k", outcome)
+        claim = await store.claim("default", "k", "owner/f", 15)
+    finally:
+        await store.close()
+    assert (claim.state, claim.outcome) == (LeaseState.CACHED, outcome)
