@@ -7,9 +7,13 @@ from typing import Any
 
 import httpx
 import pytest
+from redis.asyncio import Redis
+from sqlalchemy import event
 
 from idempotency import Status, ToolError, WriteSafe, WriteSafeError
+from idempotency._redis_connections import RedisConnections
 from ledger import ManualClock
+from ledger._pg_writer import PostgresWriter
 from tests.conftest import MakeWriteSafe
 
 
@@ -46,6 +50,37 @@ async def test_first_call_executes_and_duplicates_replay(make_ws: MakeWriteSafe)
     assert status.status is Status.SUCCEEDED
     assert status.result == first
     assert [(a.execution, a.outcome) for a in status.attempts] == [(1, "succeeded")]
+
+
+@pytest.mark.parametrize("backend", ["postgres+redis"])
+async def test_a_replay_is_one_redis_round_trip_and_no_ledger_statement(
+    make_ws: MakeWriteSafe, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The replay target's first half, counted rather than timed: a finished key is answered by
+    the key store's one command, and neither the ledger nor redis-py's client is asked."""
+    ws, shop = make_ws(), Shop()
+    submit = order_tool(ws, shop)
+    first = await submit({"sku": "A1"}, idempotency_key="ord-7")
+    await ws._guard.flush()  # the cache fill runs behind the first answer
+    sent: list[str] = []
+
+    def counting(label: str, method: Any) -> Any:
+        async def counted(*args: Any, **kwargs: Any) -> Any:
+            sent.append(label)
+            return await method(*args, **kwargs)
+
+        return counted
+
+    monkeypatch.setattr(RedisConnections, "execute", counting("redis", RedisConnections.execute))
+    monkeypatch.setattr(Redis, "execute_command", counting("redis client", Redis.execute_command))
+    monkeypatch.setattr(PostgresWriter, "_run", counting("ledger", PostgresWriter._run))
+    event.listen(
+        ws.ledger.engine.sync_engine, "before_cursor_execute", lambda *_: sent.append("ledger")
+    )
+
+    assert await submit({"sku": "A1"}, idempotency_key="ord-7") == first
+    assert sent == ["redis"]
+    assert len(shop.orders) == 1
 
 
 @pytest.mark.parametrize("value", [0, False, {}, [], "", None, 0.0])
