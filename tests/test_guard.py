@@ -52,16 +52,10 @@ async def test_first_call_executes_and_duplicates_replay(make_ws: MakeWriteSafe)
     assert [(a.execution, a.outcome) for a in status.attempts] == [(1, "succeeded")]
 
 
-@pytest.mark.parametrize("backend", ["postgres+redis"])
-async def test_a_replay_is_one_redis_round_trip_and_no_ledger_statement(
-    make_ws: MakeWriteSafe, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """The replay target's first half, counted rather than timed: a finished key is answered by
-    the key store's one command, and neither the ledger nor redis-py's client is asked."""
-    ws, shop = make_ws(), Shop()
-    submit = order_tool(ws, shop)
-    first = await submit({"sku": "A1"}, idempotency_key="ord-7")
-    await ws._guard.flush()  # the cache fill runs behind the first answer
+def count_round_trips(ws: WriteSafe, monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """Every command or statement that leaves the process from here on, in order, counted at
+    each boundary a round trip can cross: the key store's own connections, redis-py's client,
+    the PostgreSQL writer and SQLAlchemy's cursor."""
     sent: list[str] = []
 
     def counting(label: str, method: Any) -> Any:
@@ -77,6 +71,38 @@ async def test_a_replay_is_one_redis_round_trip_and_no_ledger_statement(
     event.listen(
         ws.ledger.engine.sync_engine, "before_cursor_execute", lambda *_: sent.append("ledger")
     )
+    return sent
+
+
+@pytest.mark.parametrize("backend", ["postgres+redis"])
+async def test_a_first_execution_makes_the_four_round_trips_of_its_floor(
+    make_ws: MakeWriteSafe, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The first-execution target's floor, counted: the lease, the intent commit, the outcome
+    commit and (behind the answer) the cache write; nothing else."""
+    ws, shop = make_ws(), Shop()
+    submit = order_tool(ws, shop)
+    await ws.start()
+    sent = count_round_trips(ws, monkeypatch)
+
+    await submit({"sku": "A1"}, idempotency_key="ord-7")
+    await ws._guard.flush()
+
+    assert sent == ["redis", "ledger", "ledger", "redis"]
+    assert len(shop.orders) == 1
+
+
+@pytest.mark.parametrize("backend", ["postgres+redis"])
+async def test_a_replay_is_one_redis_round_trip_and_no_ledger_statement(
+    make_ws: MakeWriteSafe, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The replay target's first half, counted rather than timed: a finished key is answered by
+    the key store's one command, and neither the ledger nor redis-py's client is asked."""
+    ws, shop = make_ws(), Shop()
+    submit = order_tool(ws, shop)
+    first = await submit({"sku": "A1"}, idempotency_key="ord-7")
+    await ws._guard.flush()  # the cache fill runs behind the first answer
+    sent = count_round_trips(ws, monkeypatch)
 
     assert await submit({"sku": "A1"}, idempotency_key="ord-7") == first
     assert sent == ["redis"]
