@@ -45,11 +45,11 @@ REPLAY_TARGET = 2.0
 SEQUENCE = "floor: PING, INSERT, INSERT, PING in sequence"
 CLIENT_GET = "(redis GET through redis-py's client)"
 LEDGER_WRITES = "(the ledger's claim and finish, without the guard)"
+FIRST = "pg+redis: first execution"
+FIRST_AGAINST_SEQUENCE = "pg+redis: first execution (vs. in sequence)"
 FIRST_AGAINST_LEDGER = "pg+redis: first execution (vs. its own writes)"
 REPLAY = "pg+redis: replay"
 REPLAY_AGAINST_CLIENT = "pg+redis: replay (vs. redis-py's GET)"
-FIRST = "pg+redis: first execution"
-FIRST_AGAINST_SEQUENCE = "pg+redis: first execution (vs. in sequence)"
 
 
 async def bare_write(order: dict[str, Any]) -> dict[str, Any]:

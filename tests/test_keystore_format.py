@@ -27,7 +27,7 @@ def test_a_cached_outcome_round_trips(
 
 @pytest.mark.parametrize(
     "result",
-    ['"a\\r\\nb"', '{"note":"line\\r\\n$5\\r\\n*2"}', '"\u00e9\u6f22\U0001f600"', '""', "0"],
+    ['"a\\r\\nb"', "raw\r\n$5\r\n*2\r\n", '"\u00e9\u6f22\U0001f600"', '""', "0"],
 )
 async def test_a_cached_outcome_survives_redis_byte_for_byte(
     redis_prefix: str, result: str
