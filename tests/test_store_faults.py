@@ -12,7 +12,7 @@ from prometheus_client import REGISTRY
 from sqlalchemy import text
 
 from idempotency import Status, Tool, WriteSafe, WriteSafeError
-from idempotency._keystore import LeaseState, RedisKeyStore
+from idempotency._keystore import CachedOutcome, LeaseState, RedisKeyStore
 from idempotency._redis_connections import pack
 from ledger import ManualClock
 from ledger._pg_writer import PostgresWriter
@@ -351,3 +351,23 @@ async def test_a_claim_sent_again_after_it_landed_holds_the_lease(redis_prefix: 
         await store.close()
     assert again.state is LeaseState.ACQUIRED
     assert (other.state, other.holder) == (LeaseState.BUSY, "owner-1/f")
+
+
+async def test_a_redis_reply_that_came_too_late_is_never_read_as_the_next_ones(
+    redis_prefix: str,
+) -> None:
+    """A command that timed out may still be answered later; its connection must not carry
+    that late reply to the next command (a claim would read another key's answer). Redis
+    holds every client for 600 ms (`CLIENT PAUSE … ALL`) while the store waits 200 ms."""
+    store = RedisKeyStore(REDIS_URL, prefix=redis_prefix, socket_timeout=0.2, breaker_seconds=0)
+    outcome = CachedOutcome("f" * 64, "submit", 1, 3, "5")
+    try:
+        await store.cache("default", "done", outcome)
+        await store.redis.execute_command("CLIENT", "PAUSE", 600, "ALL")
+        stalled = await store.claim("default", "other", "owner-a/f", 15)
+        await asyncio.sleep(0.6)  # the pause ends: the stalled claim's reply is sent
+        claim = await store.claim("default", "done", "owner-b/f", 15)
+    finally:
+        await store.close()
+    assert stalled.state is LeaseState.UNAVAILABLE
+    assert (claim.state, claim.outcome) == (LeaseState.CACHED, outcome)
