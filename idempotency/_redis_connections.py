@@ -3,10 +3,9 @@
 redis-py's client sends each command through its retry wrapper, event dispatcher and
 observability recorders, and its pool takes a lock and probes the socket on every checkout: a GET
 through it took 71–91 µs where the same GET sent here took 44–54 µs (`bench.guard`, recorded in
-docs/performance.md).
-The guard sends two fixed commands per call (the claim and the cache fill), so it frames them
-itself and uses redis-py's `Connection` directly: connecting, authentication, TLS, database
-selection and reply parsing stay redis-py's.
+docs/performance.md). The guard sends two fixed commands per call (the claim and the cache fill),
+so it frames them itself and uses redis-py's `Connection` directly: connecting, authentication,
+TLS, database selection and reply parsing stay redis-py's.
 """
 
 from __future__ import annotations
@@ -31,10 +30,12 @@ class RedisConnections:
     """Connections made by `pool` (so configured by its URL), reused newest first; as many as
     commands run at once, which the key store bounds.
 
-    A connection that fails is already closed by redis-py; it is dropped, and so are the idle
-    ones when it broke, since a restarted server has closed them all. A command that failed on a
-    reused connection is sent once more on a new one: every command the key store sends is safe
-    to repeat (see `RedisKeyStore.claim` for the one that needs a second look).
+    A connection whose command fails or is cancelled (by the key store's timeout) is already
+    closed by redis-py, so a reply still on its way is never read as the next command's; it is
+    dropped, and so are the idle ones when it broke, since a restarted server has closed them
+    all. A command that failed on a reused connection is sent once more on a new one: every
+    command the key store sends is safe to repeat (see `RedisKeyStore.claim` for the one that
+    needs a second look).
     """
 
     def __init__(self, pool: ConnectionPool) -> None:
