@@ -118,11 +118,23 @@ class Guard:
         self.keystore = keystore
         self.codes = codes
         self.settings = settings
-        self._leases = LeaseKeeper(ledger, keystore, settings.lease_seconds, LEDGER_ERRORS)
+        self._start_loop_state()
+
+    def _start_loop_state(self) -> None:
+        """What the guard keeps of the calls running on the current event loop."""
+        self._leases = LeaseKeeper(
+            self.ledger, self.keystore, self.settings.lease_seconds, LEDGER_ERRORS
+        )
         self._fills = CacheFills()
         # In-process single flight: same-key, same-payload calls in this process wait on the
         # first one's future instead of polling the stores.
         self._local: dict[tuple[str, str], tuple[str, asyncio.Future[None]]] = {}
+
+    def forget_loop(self) -> None:
+        """Drop what the calls of an event loop this process has left kept here. Those calls
+        are gone: their leases are no longer renewed, so they run out and reconciliation takes
+        over operations they left in flight, as after a crash."""
+        self._start_loop_state()
 
     async def flush(self) -> None:
         """Wait for the Redis cache writes still running behind answers already given."""

@@ -102,21 +102,27 @@ class RedisKeyStore:
         max_connections: int = 50,
     ) -> None:
         self.prefix = prefix
+        self._url = url
+        self._max_connections = max_connections
         self._outcome_ttl = _ms(outcome_ttl)
         self._breaker_seconds = breaker_seconds
         self._open_until = 0.0
         self._timeout = socket_timeout
+        self._connect()
+
+    def _connect(self) -> None:
+        """Make the connection pools, which belong to the event loop that first uses them."""
         # Calls beyond `max_connections` queue rather than failing in redis-py's pool with
         # MaxConnectionsError (which would trip the breaker under a burst); redis-py's blocking
         # pool would queue too, at the cost of a condition and a timeout on every command. The
         # command timeout is applied around each call (`_guarded`) rather than by redis-py,
         # whose `socket_timeout` (5 s unless disabled) sends every command through
         # `asyncio.wait_for`: a task per command on Python 3.11.
-        self._slots = asyncio.Semaphore(max_connections)
+        self._slots = asyncio.Semaphore(self._max_connections)
         pool = ConnectionPool.from_url(
-            url,
-            max_connections=max_connections,
-            socket_connect_timeout=socket_timeout,
+            self._url,
+            max_connections=self._max_connections,
+            socket_connect_timeout=self._timeout,
             socket_timeout=None,
         )
         # The claim and the cache fill, on every guarded call, skip redis-py's command layer;
@@ -193,6 +199,11 @@ class RedisKeyStore:
     async def close(self) -> None:
         await self._hot.close()
         await self.redis.aclose()
+
+    def forget_loop(self) -> None:
+        """Drop the connections of an event loop this process has left, unclosed (closing needs
+        their loop; Redis drops each client when its socket is collected)."""
+        self._connect()
 
     async def _guarded(
         self, operation: str, call: Callable[[], Awaitable[T]]

@@ -105,7 +105,8 @@ class WriteSafe:
         self._lookups: dict[str, LookupSpec] = {}
         self._reconciler: Reconciler | None = None
         self._ready = False
-        self._ready_lock = asyncio.Lock()
+        self._loop: asyncio.AbstractEventLoop | None = None  # the event loop being served
+        self._loop_lock: tuple[asyncio.AbstractEventLoop, asyncio.Lock] | None = None
 
     # -- registering tools ---------------------------------------------------------------
 
@@ -203,7 +204,8 @@ class WriteSafe:
 
     async def start(self) -> None:
         """Create/upgrade the embedded schema, or check that a migrated one is current."""
-        async with self._ready_lock:
+        async with self._lock():
+            await self._follow_running_loop()
             if self._ready:
                 return
             if self._auto_migrate:
@@ -214,7 +216,7 @@ class WriteSafe:
 
     async def guard(self) -> Guard:
         """The started guard; a ledger that cannot be reached means no write starts."""
-        if not self._ready:
+        if not self._ready or self._loop is not asyncio.get_running_loop():
             try:
                 await self.start()
             except LedgerNotMigrated:
@@ -224,12 +226,37 @@ class WriteSafe:
         return self._guard
 
     async def close(self) -> None:
+        async with self._lock():
+            await self._follow_running_loop()
         await self._guard.close()
         if self._reconciler is not None:
             self._reconciler.close()
         if self.keystore is not None:
             await self.keystore.close()
         await self.ledger.close()
+
+    def _lock(self) -> asyncio.Lock:
+        """The running event loop's lock for starting up (an asyncio lock serves one loop)."""
+        loop = asyncio.get_running_loop()
+        if self._loop_lock is None or self._loop_lock[0] is not loop:
+            self._loop_lock = (loop, asyncio.Lock())
+        return self._loop_lock[1]
+
+    async def _follow_running_loop(self) -> None:
+        """Serve the running event loop, dropping what belongs to the one served before.
+
+        Connections, pool queues and futures belong to the loop they were made on; a test suite
+        with a loop per test, or a script that calls `asyncio.run` twice, moves on to a new loop
+        after the old one ended. One loop at a time: calls still running on the old loop lose
+        their connections. Called under `_lock()`, so the running loop's other calls wait.
+        """
+        loop = asyncio.get_running_loop()
+        if self._loop is not None and self._loop is not loop:
+            self._guard.forget_loop()
+            if self.keystore is not None:
+                self.keystore.forget_loop()
+            await self.ledger.forget_loop()
+        self._loop = loop
 
     async def __aenter__(self) -> WriteSafe:
         await self.start()

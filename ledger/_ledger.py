@@ -137,6 +137,15 @@ class Ledger:
         await self.writer.close()
         await self.engine.dispose()
 
+    async def forget_loop(self) -> None:
+        """Drop the connections opened on an event loop this process has left, and open new ones
+        on the running loop as needed: asyncio connections, and the pool's queue, belong to the
+        loop they were made on. PostgreSQL's are dropped unclosed (closing needs their loop; the
+        server ends each session when its socket is collected); SQLite's close from any loop.
+        """
+        self.writer.forget_loop()
+        await self.engine.dispose(close=self.is_sqlite)
+
     # -- reads ---------------------------------------------------------------------------
 
     async def get(self, scope: str, key: str) -> OperationRecord | None:

@@ -78,6 +78,7 @@ class PostgresWriter:
     """The `Writer` for PostgreSQL: one round trip per write."""
 
     def __init__(self, connect: Mapping[str, Any], pool_size: int) -> None:
+        self._connect, self._pool_size = connect, pool_size
         self._pool = ConnectionPool(connect, pool_size)
         self._statements: dict[tuple[Any, ...], _Compiled] = {}
 
@@ -124,6 +125,10 @@ class PostgresWriter:
     async def close(self) -> None:
         await self._pool.close()
 
+    def forget_loop(self) -> None:
+        # asyncpg connections cannot be closed, or used, from another event loop.
+        self._pool = ConnectionPool(self._connect, self._pool_size)
+
     def _compiled(self, shape: tuple[Any, ...], build: Callable[[], ClauseElement]) -> _Compiled:
         compiled = self._statements.get(shape)
         if compiled is None:
@@ -142,18 +147,19 @@ class PostgresWriter:
     ) -> T:
         """Run `statement` on a pooled connection, raising driver errors as SQLAlchemy's (those
         of opening a connection too: a refused or exhausted server is a ledger outage)."""
+        pool = self._pool  # the connection goes back to its own pool, even after `forget_loop`
         try:
-            connection = await self._pool.acquire()
+            connection = await pool.acquire()
             try:
                 result = await fetch(connection, statement.sql, *statement.arguments(params))
             except BaseException as error:
-                self._pool.discard(connection, error)
+                pool.discard(connection, error)
                 raise
         except asyncpg.IntegrityConstraintViolationError as error:
             raise IntegrityError(statement.sql, None, error) from error
         except _DRIVER_ERRORS as error:
             raise OperationalError(statement.sql, None, error) from error
-        self._pool.release(connection)
+        pool.release(connection)
         return result
 
 

@@ -84,6 +84,9 @@ class Writer(Protocol):
     async def close(self) -> None:
         """Release what the writer holds beyond the engine."""
 
+    def forget_loop(self) -> None:
+        """Drop connections of the event loop the process has left (see `Ledger.forget_loop`)."""
+
 
 class TransactionWriter:
     """Each write as one SQLAlchemy transaction of a few statements."""
@@ -137,6 +140,9 @@ class TransactionWriter:
 
     async def close(self) -> None:
         """Nothing beyond the engine, which the ledger disposes of."""
+
+    def forget_loop(self) -> None:
+        """Nothing beyond the engine, which the ledger replaces."""
 
 
 async def fetch(conn: AsyncConnection, scope: str, key: str) -> OperationRecord | None:

@@ -114,27 +114,32 @@ def backend(request: pytest.FixtureRequest) -> str:
 
 
 @pytest.fixture
-async def make_ws(
-    backend: str, tmp_path: Path, request: pytest.FixtureRequest
-) -> AsyncIterator[MakeWriteSafe]:
+def store_options(backend: str, tmp_path: Path, request: pytest.FixtureRequest) -> dict[str, Any]:
+    """`WriteSafe` arguments for this test's isolated stores of `backend`."""
+    if backend == "sqlite":
+        return {"database_url": f"sqlite+aiosqlite:///{tmp_path / 'ledger.db'}"}
+    options: dict[str, Any] = {
+        "database_url": PG_URL,
+        "schema": request.getfixturevalue("pg_schema"),
+        "auto_migrate": True,
+    }
+    if backend == "postgres+redis":
+        options["redis_url"] = REDIS_URL
+        options["redis_prefix"] = request.getfixturevalue("redis_prefix")
+    return options
+
+
+@pytest.fixture
+async def make_ws(store_options: dict[str, Any]) -> AsyncIterator[MakeWriteSafe]:
     """A factory of `WriteSafe` instances that share one isolated ledger (and Redis prefix).
 
     Several instances stand in for several workers: each has its own pools and no shared
     in-process state, so they meet only in the stores.
     """
-    options: dict[str, Any]
-    if backend == "sqlite":
-        options = {"database_url": f"sqlite+aiosqlite:///{tmp_path / 'ledger.db'}"}
-    else:
-        schema = request.getfixturevalue("pg_schema")
-        options = {"database_url": PG_URL, "schema": schema, "auto_migrate": True}
-        if backend == "postgres+redis":
-            options["redis_url"] = REDIS_URL
-            options["redis_prefix"] = request.getfixturevalue("redis_prefix")
     made: list[WriteSafe] = []
 
     def make(**overrides: Any) -> WriteSafe:
-        ws = WriteSafe(**{**options, **overrides})
+        ws = WriteSafe(**{**store_options, **overrides})
         made.append(ws)
         return ws
 
