@@ -1,10 +1,11 @@
-"""Async engines for the two supported ledgers: embedded SQLite (WAL) and PostgreSQL (asyncpg)."""
+"""Engines for the two supported ledgers: embedded SQLite (WAL) and PostgreSQL (asyncpg)."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy import event
+from sqlalchemy import Engine, event
+from sqlalchemy import create_engine as create_blocking_engine
 from sqlalchemy.engine import URL, make_url
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
@@ -82,8 +83,21 @@ def _session_options(
 
 def _sqlite_engine(url: URL) -> AsyncEngine:
     engine = create_async_engine(url, connect_args={"timeout": _SQLITE_BUSY_TIMEOUT})
+    _configure_sqlite(engine.sync_engine)
+    return engine
 
-    @event.listens_for(engine.sync_engine, "connect")
+
+def sqlite_writer_engine(url: str | URL) -> Engine:
+    """A blocking engine on the async engine's SQLite file, configured alike, for the writer's
+    own thread (`ledger._sqlite_writer`)."""
+    parsed = make_url(url).set(drivername="sqlite")
+    engine = create_blocking_engine(parsed, connect_args={"timeout": _SQLITE_BUSY_TIMEOUT})
+    _configure_sqlite(engine)
+    return engine
+
+
+def _configure_sqlite(engine: Engine) -> None:
+    @event.listens_for(engine, "connect")
     def _configure(dbapi_connection: Any, _record: Any) -> None:
         # Take transaction control from the driver so every transaction can BEGIN IMMEDIATE.
         dbapi_connection.isolation_level = None
@@ -95,13 +109,11 @@ def _sqlite_engine(url: URL) -> AsyncEngine:
         cursor.execute(f"PRAGMA busy_timeout={int(_SQLITE_BUSY_TIMEOUT * 1000)}")
         cursor.close()
 
-    @event.listens_for(engine.sync_engine, "begin")
+    @event.listens_for(engine, "begin")
     def _begin(conn: Any) -> None:
         # A deferred transaction that reads then writes fails with SQLITE_BUSY instead of waiting;
         # taking the write lock up front makes claims queue behind each other.
         conn.exec_driver_sql("BEGIN IMMEDIATE")
-
-    return engine
 
 
 def is_sqlite(engine: AsyncEngine) -> bool:

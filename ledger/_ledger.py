@@ -30,15 +30,20 @@ from sqlalchemy.engine import URL
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from ledger._clock import Clock, SystemClock
-from ledger._engine import create_engine, is_sqlite, postgres_connect_options
+from ledger._engine import (
+    create_engine,
+    is_sqlite,
+    postgres_connect_options,
+    sqlite_writer_engine,
+)
 from ledger._migrations import ensure_current, upgrade
 from ledger._pg_writer import PostgresWriter
 from ledger._records import AttemptKind, AttemptRecord, OperationRecord
+from ledger._sqlite_writer import SqliteWriter
 from ledger._states import Status, check_transition
 from ledger._writer import (
     Change,
     ClosedExecution,
-    TransactionWriter,
     Writer,
     attempts,
     compare_and_set,
@@ -95,13 +100,11 @@ class Outcome:
 class Ledger:
     """The source of truth for operations; thin, async, and safe to share across tasks."""
 
-    def __init__(
-        self, engine: AsyncEngine, clock: Clock | None = None, writer: Writer | None = None
-    ) -> None:
+    def __init__(self, engine: AsyncEngine, writer: Writer, clock: Clock | None = None) -> None:
         self.engine = engine
-        self.clock: Clock = clock or SystemClock()
         # The guard's hot writes; everything else (reads, reconciliation) goes through `engine`.
-        self.writer: Writer = writer or TransactionWriter(engine)
+        self.writer = writer
+        self.clock: Clock = clock or SystemClock()
 
     @classmethod
     def from_url(
@@ -117,9 +120,9 @@ class Ledger:
             url, schema=schema, connect_timeout=connect_timeout, pool_size=pool_size
         )
         if is_sqlite(engine):
-            return cls(engine, clock)
+            return cls(engine, SqliteWriter(sqlite_writer_engine(url)), clock)
         options = postgres_connect_options(url, schema=schema, connect_timeout=connect_timeout)
-        return cls(engine, clock, PostgresWriter(options, pool_size))
+        return cls(engine, PostgresWriter(options, pool_size), clock)
 
     @property
     def is_sqlite(self) -> bool:
@@ -221,10 +224,10 @@ class Ledger:
         """
         row = _operation_values(intent, self.clock.now())
         while True:
-            operation_id = await self.writer.claim(row)
-            if operation_id is not None:
-                return Claim(OperationRecord(id=operation_id, **row), created=True)
-            existing = await self.writer.fetch(intent.scope, intent.key)
+            claimed = await self.writer.claim(row)
+            if isinstance(claimed, int):
+                return Claim(OperationRecord(id=claimed, **row), created=True)
+            existing = claimed or await self.writer.fetch(intent.scope, intent.key)
             if existing is not None:
                 return Claim(existing, created=False)
             # The row that won the conflict was deleted since (pruning, docs/operations.md):
