@@ -247,8 +247,8 @@ class WriteSafe:
 
         Connections, pool queues and futures belong to the loop they were made on; a test suite
         with a loop per test, or a script that calls `asyncio.run` twice, moves on to a new loop
-        after the old one ended. One loop at a time: calls still running on the old loop lose
-        their connections. Called under `_lock()`, so the running loop's other calls wait.
+        after the old one ended. One loop at a time: a move assumes the old loop's calls are
+        over. Called under `_lock()`, so the running loop's other calls wait for the move.
         """
         loop = asyncio.get_running_loop()
         if self._loop is not None and self._loop is not loop:

@@ -1,0 +1,76 @@
+"""The embedded ledger's writer: one thread of its own, started by a write and ended by close."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from pathlib import Path
+
+from sqlalchemy import func, select
+
+from ledger import Intent, Ledger
+from ledger._writer import attempts, operations
+
+THREAD_PREFIX = "writesafe-sqlite"
+
+
+def _writer_threads() -> list[threading.Thread]:
+    return [t for t in threading.enumerate() if t.name.startswith(THREAD_PREFIX)]
+
+
+def _intent(key: str) -> Intent:
+    return Intent(
+        scope="default",
+        key=key,
+        tool="submit",
+        fingerprint="f" * 64,
+        arguments="{}",
+        owner=f"owner-{key}",
+        lease_seconds=15.0,
+        max_executions=3,
+    )
+
+
+async def _counts(ledger: Ledger) -> tuple[int, int]:
+    async with ledger.engine.connect() as conn:
+        rows = (await conn.execute(select(func.count()).select_from(operations))).scalar_one()
+        tries = (await conn.execute(select(func.count()).select_from(attempts))).scalar_one()
+    return rows, tries
+
+
+async def test_the_writer_thread_ends_with_close_and_starts_again_on_the_next_write(
+    tmp_path: Path,
+) -> None:
+    before = len(_writer_threads())
+    ledger = Ledger.from_url(f"sqlite+aiosqlite:///{tmp_path / 'ledger.db'}")
+    await ledger.migrate()
+    try:
+        assert (await ledger.claim(_intent("a"))).created
+        assert len(_writer_threads()) == before + 1
+        await ledger.close()
+        await asyncio.to_thread(lambda: [t.join(5) for t in _writer_threads()[before:]])
+        assert len(_writer_threads()) == before
+        claim = await ledger.claim(_intent("a"))  # closed, the ledger opens again
+        assert not claim.created
+        assert claim.operation.key == "a"
+    finally:
+        await ledger.close()
+
+
+async def test_a_claim_whose_caller_is_cancelled_is_written_whole_or_not_at_all(
+    tmp_path: Path,
+) -> None:
+    ledger = Ledger.from_url(f"sqlite+aiosqlite:///{tmp_path / 'ledger.db'}")
+    await ledger.migrate()
+    try:
+        for n in range(30):
+            # Cancelled before the write is handed over, while it waits, or while it runs.
+            claim = asyncio.create_task(ledger.claim(_intent(f"k{n}")))
+            await asyncio.sleep((n % 4) * 0.0005)
+            claim.cancel()
+        await ledger.writer.fetch("default", "k0")  # queued behind every claim the thread took
+        rows, tries = await _counts(ledger)
+        assert 0 < rows < 30, "the cancellations should have come at different points"
+        assert rows == tries, "every operation row has its first execution attempt, and only it"
+    finally:
+        await ledger.close()
