@@ -38,7 +38,17 @@ from sqlalchemy.sql.compiler import SQLCompiler
 from ledger._pg_connections import ConnectionPool
 from ledger._records import AttemptKind, OperationRecord
 from ledger._states import Status
-from ledger._writer import FENCED, Change, attempts, operations
+from ledger._writer import (
+    FENCED,
+    FETCH,
+    Change,
+    attempts,
+    close_execution_params,
+    close_execution_update,
+    compare_and_set_params,
+    compare_and_set_update,
+    operations,
+)
 
 T = TypeVar("T")
 
@@ -47,8 +57,7 @@ _DIALECT = PGDialect_asyncpg()  # type: ignore[no-untyped-call]
 # What asyncpg raises besides integrity violations: the server's errors and the client's own.
 _DRIVER_ERRORS = (asyncpg.PostgresError, asyncpg.InterfaceError, asyncpg.InternalClientError)
 
-# Bind parameters several parts of one statement share: one object each, so they compile once.
-_ID = bindparam("id", type_=operations.c.id.type)
+# A bind parameter several parts of one statement share: one object, so it compiles once.
 _EXECUTION_KIND: BindParameter[str] = bindparam("execution_kind", AttemptKind.EXECUTION.value)
 
 
@@ -89,31 +98,16 @@ class PostgresWriter:
         return operation_id
 
     async def fetch(self, scope: str, key: str) -> OperationRecord | None:
-        statement = self._compiled(("fetch",), _fetch)
+        statement = self._compiled(("fetch",), lambda: FETCH)
         return await self._row(statement, {"scope": scope, "key": key})
 
     async def change(self, change: Change) -> bool:
         names = tuple(change.values)
         shape = ("change", names, change.owner is not None, change.closes is not None, change.opens)
         statement = self._compiled(shape, lambda: _change(*shape[1:]))
-        current = change.current
-        params: dict[str, Any] = {
-            "id": current.id,
-            "version": current.version,
-            "new_version": current.version + 1,
-            "now": change.now,
-            "owner": change.owner,
-            **{f"new_{name}": value for name, value in change.values.items()},
-        }
+        params = compare_and_set_params(change.current, change.values, change.now, change.owner)
         if change.closes is not None:
-            closes = change.closes
-            params |= {
-                "execution": current.executions,
-                "closes_owner": closes.owner,
-                "label": closes.label,
-                "finished_at": closes.finished_at,
-                **{f"closes_{name}": value for name, value in closes.values.items()},
-            }
+            params |= close_execution_params(change.current, change.closes)
         return await self._value(statement, params) is not None
 
     async def renew(self, leases: Mapping[int, str], until: datetime) -> set[int]:
@@ -177,17 +171,8 @@ def _claim(names: tuple[str, ...]) -> Select[Any]:
 def _change(
     names: tuple[str, ...], fenced_by_owner: bool, closes: bool, opens: bool
 ) -> Select[Any]:
-    conditions = [operations.c.id == _ID, operations.c.version == bindparam("version")]
-    if fenced_by_owner:
-        conditions.append(operations.c.lease_owner == bindparam("owner"))
     changed = (
-        update(operations)
-        .where(*conditions)
-        .values(
-            version=bindparam("new_version"),
-            updated_at=bindparam("now", type_=operations.c.updated_at.type),
-            **{name: bindparam(f"new_{name}", type_=operations.c[name].type) for name in names},
-        )
+        compare_and_set_update(names, fenced=fenced_by_owner)
         .returning(*_OPENING_COLUMNS)
         .cte("changed")
     )
@@ -228,29 +213,8 @@ def _open_execution(row: CTE) -> CTE:
 def _close_execution(changed: CTE) -> CTE:
     """The owner's execution attempt, labelled `fenced` when the change did not land."""
     landed = exists(select(changed.c.id))
-    return (
-        update(attempts)
-        .where(
-            attempts.c.operation_id == _ID,
-            attempts.c.kind == _EXECUTION_KIND,
-            attempts.c.execution == bindparam("execution"),
-            attempts.c.owner == bindparam("closes_owner"),
-        )
-        .values(
-            outcome=case((landed, bindparam("label", type_=attempts.c.outcome.type)), else_=FENCED),
-            finished_at=bindparam("finished_at", type_=attempts.c.finished_at.type),
-            code=bindparam("closes_code", type_=attempts.c.code.type),
-            envelope=bindparam("closes_envelope", type_=attempts.c.envelope.type),
-            evidence=bindparam("closes_evidence", type_=attempts.c.evidence.type),
-        )
-        .cte("closed")
-    )
-
-
-def _fetch() -> Select[Any]:
-    return select(operations).where(
-        operations.c.scope == bindparam("scope"), operations.c.key == bindparam("key")
-    )
+    label = bindparam("closes_label", type_=attempts.c.outcome.type)
+    return close_execution_update(case((landed, label), else_=FENCED)).cte("closed")
 
 
 def _renew() -> ClauseElement:

@@ -16,16 +16,19 @@ from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime
 from typing import Any, TypeVar
 
-from sqlalchemy import Connection, Engine, bindparam, insert, select, update
+from sqlalchemy import Connection, Engine, bindparam, insert, update
 from sqlalchemy.dialects import sqlite
 
 from ledger._records import AttemptKind, OperationRecord
 from ledger._states import Status
 from ledger._writer import (
     FENCED,
+    FETCH,
     Change,
     ClosedExecution,
     attempts,
+    close_execution_params,
+    close_execution_update,
     compare_and_set_params,
     compare_and_set_statement,
     operations,
@@ -40,25 +43,8 @@ _CLAIM = (
     .on_conflict_do_nothing(index_elements=["scope", "key"])
     .returning(operations.c.id)
 )
-_FETCH = select(operations).where(
-    operations.c.scope == bindparam("scope"), operations.c.key == bindparam("key")
-)
 _START_EXECUTION = insert(attempts)
-_ATTEMPT_VALUES = ("code", "envelope", "evidence")  # what a closed execution records
-_CLOSE_EXECUTION = (
-    update(attempts)
-    .where(
-        attempts.c.operation_id == bindparam("of_operation"),
-        attempts.c.kind == AttemptKind.EXECUTION.value,
-        attempts.c.execution == bindparam("of_execution"),
-        attempts.c.owner == bindparam("of_owner"),
-    )
-    .values(
-        outcome=bindparam("label"),
-        finished_at=bindparam("closed_at", type_=attempts.c.finished_at.type),
-        **{name: bindparam(f"closes_{name}") for name in _ATTEMPT_VALUES},
-    )
-)
+_CLOSE_EXECUTION = close_execution_update(bindparam("closes_label"))
 _RENEW = (
     update(operations)
     .where(
@@ -125,7 +111,7 @@ def _claim(conn: Connection, row: dict[str, Any]) -> int | OperationRecord | Non
 
 
 def _fetch(conn: Connection, scope: str, key: str) -> OperationRecord | None:
-    row = conn.execute(_FETCH, {"scope": scope, "key": key}).mappings().first()
+    row = conn.execute(FETCH, {"scope": scope, "key": key}).mappings().first()
     return None if row is None else OperationRecord.from_row(row)
 
 
@@ -161,14 +147,7 @@ def _close_execution(
     conn: Connection, operation: OperationRecord, closed: ClosedExecution, *, landed: bool
 ) -> None:
     """Record how the owner's execution attempt ended: its label if the change landed."""
-    conn.execute(
-        _CLOSE_EXECUTION,
-        {
-            "of_operation": operation.id,
-            "of_execution": operation.executions,
-            "of_owner": closed.owner,
-            "label": closed.label if landed else FENCED,
-            "closed_at": closed.finished_at,
-            **{f"closes_{name}": closed.values[name] for name in _ATTEMPT_VALUES},
-        },
-    )
+    params = close_execution_params(operation, closed)
+    if not landed:
+        params["closes_label"] = FENCED
+    conn.execute(_CLOSE_EXECUTION, params)

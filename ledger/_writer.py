@@ -14,17 +14,20 @@ from datetime import datetime
 from functools import cache
 from typing import Any, Protocol, cast
 
-from sqlalchemy import Table, Update, bindparam, update
+from sqlalchemy import ColumnElement, Table, Update, bindparam, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from ledger._models import Attempt, Operation
-from ledger._records import OperationRecord
+from ledger._records import AttemptKind, OperationRecord
 
 operations = cast(Table, Operation.__table__)
 attempts = cast(Table, Attempt.__table__)
 
 FENCED = "fenced"
 """An execution attempt's outcome when its owner had lost the lease before recording."""
+
+ATTEMPT_VALUES = ("code", "envelope", "evidence")
+"""What a closed execution attempt records of how it ended."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,7 +36,7 @@ class ClosedExecution:
 
     owner: str
     label: str  # the attempt's outcome if the change lands; `FENCED` if it does not
-    values: dict[str, str | None]  # code, envelope, evidence
+    values: dict[str, str | None]  # ATTEMPT_VALUES
     finished_at: datetime
 
 
@@ -86,13 +89,20 @@ class Writer(Protocol):
         """Drop connections of the event loop the process has left (see `Ledger.forget_loop`)."""
 
 
-@cache
-def compare_and_set_statement(names: tuple[str, ...], *, fenced: bool) -> Update:
-    """`UPDATE … SET version, updated_at, <names> WHERE id AND version [AND lease_owner]
-    RETURNING *`, built once per shape: on SQLite, building a statement costs more than running
-    it. Its parameters come from `compare_and_set_params`; no row comes back if it moved on."""
+# The statements below name their parameters alike, so that the PostgreSQL writer can join them
+# into one statement. A parameter two parts of one statement share is one object: one placeholder.
+CURRENT_ID = bindparam("current_id", type_=operations.c.id.type)
+
+FETCH = select(operations).where(
+    operations.c.scope == bindparam("scope"), operations.c.key == bindparam("key")
+)
+
+
+def compare_and_set_update(names: tuple[str, ...], *, fenced: bool) -> Update:
+    """`UPDATE … SET version, updated_at, <names> WHERE id AND version [AND lease_owner]`, with
+    the parameters of `compare_and_set_params`; the caller chooses what it returns."""
     conditions = [
-        operations.c.id == bindparam("current_id"),
+        operations.c.id == CURRENT_ID,
         operations.c.version == bindparam("current_version"),
     ]
     if fenced:
@@ -105,8 +115,14 @@ def compare_and_set_statement(names: tuple[str, ...], *, fenced: bool) -> Update
             updated_at=bindparam("new_updated_at", type_=operations.c.updated_at.type),
             **{name: bindparam(f"new_{name}", type_=operations.c[name].type) for name in names},
         )
-        .returning(operations)
     )
+
+
+@cache
+def compare_and_set_statement(names: tuple[str, ...], *, fenced: bool) -> Update:
+    """The compare-and-set returning the new row (none if the row moved on), built once per
+    shape: building a statement costs SQLAlchemy more than SQLite takes to run it."""
+    return compare_and_set_update(names, fenced=fenced).returning(operations)
 
 
 def compare_and_set_params(
@@ -122,6 +138,40 @@ def compare_and_set_params(
     if owner is not None:
         params["current_owner"] = owner
     return params
+
+
+def close_execution_update(outcome: ColumnElement[str]) -> Update:
+    """Close the owner's execution attempt of operation `CURRENT_ID` with `outcome`, and the
+    parameters of `close_execution_params`."""
+    return (
+        update(attempts)
+        .where(
+            attempts.c.operation_id == CURRENT_ID,
+            attempts.c.kind == AttemptKind.EXECUTION.value,
+            attempts.c.execution == bindparam("closes_execution"),
+            attempts.c.owner == bindparam("closes_owner"),
+        )
+        .values(
+            outcome=outcome,
+            finished_at=bindparam("closes_finished_at", type_=attempts.c.finished_at.type),
+            **{
+                name: bindparam(f"closes_{name}", type_=attempts.c[name].type)
+                for name in ATTEMPT_VALUES
+            },
+        )
+    )
+
+
+def close_execution_params(current: OperationRecord, closed: ClosedExecution) -> dict[str, Any]:
+    """`closes_label` is the label the attempt gets if the change lands."""
+    return {
+        "current_id": current.id,
+        "closes_execution": current.executions,
+        "closes_owner": closed.owner,
+        "closes_label": closed.label,
+        "closes_finished_at": closed.finished_at,
+        **{f"closes_{name}": closed.values[name] for name in ATTEMPT_VALUES},
+    }
 
 
 async def compare_and_set(
