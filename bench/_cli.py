@@ -16,6 +16,14 @@ from bench._setup import PG_URL, REDIS_URL
 Report = dict[str, Any]
 
 
+def add_sampling_options(
+    parser: argparse.ArgumentParser, *, rounds: int = 10, per_round: int = 50
+) -> None:
+    """`--rounds` × `--per-round` samples per series, interleaved (`bench._stats.measure`)."""
+    parser.add_argument("--rounds", type=int, default=rounds)
+    parser.add_argument("--per-round", type=int, default=per_round)
+
+
 def run_and_report(
     parser: argparse.ArgumentParser,
     run: Callable[[argparse.Namespace], Coroutine[Any, Any, Report]],

@@ -27,7 +27,7 @@ from redis.asyncio import ConnectionPool, Redis
 from rich.console import Console
 from rich.table import Table
 
-from bench._cli import run_and_report
+from bench._cli import add_sampling_options, run_and_report
 from bench._setup import asyncpg_dsn, isolated
 from bench._stats import Series, measure, us
 from idempotency import Tool, WriteSafe
@@ -314,8 +314,7 @@ def _print(report: dict[str, Any]) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rounds", type=int, default=10)
-    parser.add_argument("--per-round", type=int, default=50)
+    add_sampling_options(parser)
     run_and_report(parser, run, _print)
 
 

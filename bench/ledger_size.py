@@ -23,7 +23,7 @@ import asyncpg
 from rich.console import Console
 from rich.table import Table
 
-from bench._cli import run_and_report
+from bench._cli import add_sampling_options, run_and_report
 from bench._setup import asyncpg_dsn, isolated
 from bench._stats import Series, measure, us
 from bench.guard import ORDER, bare_write
@@ -211,8 +211,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", default="10000,100000,1000000")
     parser.add_argument("--backends", default="pg,embedded")
-    parser.add_argument("--rounds", type=int, default=10)
-    parser.add_argument("--per-round", type=int, default=30)
+    add_sampling_options(parser, per_round=30)
     run_and_report(parser, run, _print)
 
 

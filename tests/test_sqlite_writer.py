@@ -19,16 +19,7 @@ def _writer_threads() -> list[threading.Thread]:
 
 
 def _intent(key: str) -> Intent:
-    return Intent(
-        scope="default",
-        key=key,
-        tool="submit",
-        fingerprint="f" * 64,
-        arguments="{}",
-        owner=f"owner-{key}",
-        lease_seconds=15.0,
-        max_executions=3,
-    )
+    return Intent("default", key, "submit", "f" * 64, "{}", f"owner-{key}", 15.0, 3)
 
 
 async def _counts(ledger: Ledger) -> tuple[int, int]:
