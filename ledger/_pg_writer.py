@@ -57,7 +57,7 @@ _DIALECT = PGDialect_asyncpg()  # type: ignore[no-untyped-call]
 # What asyncpg raises besides integrity violations: the server's errors and the client's own.
 _DRIVER_ERRORS = (asyncpg.PostgresError, asyncpg.InterfaceError, asyncpg.InternalClientError)
 
-# A bind parameter several parts of one statement share: one object, so it compiles once.
+# The kind of the execution attempt a statement opens: a parameter with its value fixed.
 _EXECUTION_KIND: BindParameter[str] = bindparam("execution_kind", AttemptKind.EXECUTION.value)
 
 
