@@ -13,7 +13,7 @@ import argparse
 import asyncio
 import gc
 import tracemalloc
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable, Coroutine
 from typing import Any
 
 import psutil
@@ -41,7 +41,9 @@ class Gate:
         return {"order_id": "o", "accepted": True}
 
 
-async def _footprint(calls: int, start: Callable[[Gate, int], Awaitable[Any]]) -> dict[str, float]:
+async def _footprint(
+    calls: int, start: Callable[[Gate, int], Coroutine[Any, Any, Any]]
+) -> dict[str, float]:
     """Bytes per parked call: heap (tracemalloc) and RSS deltas while `calls` are parked.
 
     Calls are started in waves of `_WAVE` so that claiming never needs more connections than the

@@ -165,7 +165,7 @@ def _run_config(base: Job, processes: int, in_flight: int) -> float:
         children.append(child)
     barrier.wait()
     started = time.perf_counter()
-    total = sum(results.get(timeout=base.seconds + 120) for _ in children)
+    total: int = sum(results.get(timeout=base.seconds + 120) for _ in children)
     elapsed = max(time.perf_counter() - started, base.seconds)
     for child in children:
         child.join()
