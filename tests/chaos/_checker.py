@@ -59,13 +59,17 @@ class Verdict:
 
 
 def shop_state(db_path: str) -> tuple[dict[str, list[str]], Counter[str]]:
-    """Order ids by reference, and requests by fault, from the shop's own database."""
+    """Order ids by reference, and requests by fault (refused stale tokens as `refused_stale`),
+    from the shop's own database."""
     db = sqlite3.connect(db_path)
     try:
         orders: dict[str, list[str]] = {}
         for ref, order_id in db.execute("SELECT ref, id FROM orders ORDER BY id"):
             orders.setdefault(ref, []).append(f"o{order_id}")
         faults = Counter(dict(db.execute("SELECT fault, count(*) FROM requests GROUP BY fault")))
+        (refused,) = db.execute("SELECT count(*) FROM refusals").fetchone()
+        if refused:
+            faults["refused_stale"] = refused
     finally:
         db.close()
     return orders, faults
@@ -82,7 +86,8 @@ def check(
     verdict = Verdict(shop_faults=shop_faults)
     bad = verdict.violations
     verdict.orders_with_effect = sum(1 for ref in refs if orders.get(ref))
-    finals = {e["ref"]: e["final"] for e in journal if e["kind"] == "final"}
+    # A twin's final answer is not the owner's: the owner must have answered too.
+    finals = {e["ref"]: e["final"] for e in journal if e["kind"] == "final" and not e.get("twin")}
     for entry in journal:
         verdict.answers[entry["kind"]] += entry["kind"] != "final"
         if entry["kind"] == "untyped":

@@ -3,6 +3,9 @@
 Everything the run touches is its own: a redis-server on a free port (the one it restarts), a
 PostgreSQL role and schema named after the run (the only connections it terminates: those of its
 role), the shop's SQLite file. The machine's shared Redis and PostgreSQL data are never touched.
+Client workers and reconcilers each start with a wall clock skewed by the plan (libfaketime).
+With no reconcilers, the guard's own takeover path carries the run; one reconciler starts only
+after the workers finish, to settle what callers left (as a later sweep would).
 """
 
 from __future__ import annotations
@@ -30,6 +33,8 @@ import httpx
 from ledger import Ledger, Status
 from tests.chaos._checker import LedgerRow, Verdict, check, shop_state
 from tests.chaos._plan import DriverFault, Plan, order_refs, plan_to_json
+from tests.chaos._skew import skewed
+from tests.chaos._stalls import Stalls
 from tests.chaos._worker import read_journal
 
 PG_URL = os.environ.get(
@@ -49,6 +54,8 @@ class Report:
     run_dir: Path
     wall_seconds: float = 0.0
     driver_faults: Counter[str] = field(default_factory=Counter)
+    writer_stalls: Counter[str] = field(default_factory=Counter)  # by who stopped the writer
+    skews: Counter[str] = field(default_factory=Counter)  # process starts by kind and skew
     reconciler_passes: Counter[str] = field(default_factory=Counter)
     reconciler_restarts: Counter[int] = field(default_factory=Counter)  # by exit code
     operations: int = 0
@@ -153,23 +160,54 @@ class Servers:
                     process.wait()
 
 
+class Clocks:
+    """Each process start's wall-clock skew: -S, 0 or +S seconds, seeded."""
+
+    def __init__(self, plan: Plan, report: Report) -> None:
+        self._rng = random.Random(f"{plan.seed}/skew")
+        self._seconds = plan.skew_seconds
+        self._report = report
+
+    def env(self, kind: str, env: dict[str, str]) -> dict[str, str]:
+        seconds = self._rng.choice((-self._seconds, 0.0, self._seconds)) if self._seconds else 0.0
+        self._report.skews[f"{kind} {seconds:+g} s"] += 1
+        return skewed(env, seconds)
+
+
 class Workers:
-    """Client worker processes; a killed one is restarted and resumes from its journal."""
+    """Client worker processes; a killed one is restarted and resumes from its journal, a stopped
+    one is continued after its stall."""
 
     def __init__(
-        self, run_dir: Path, env: dict[str, str], report: Report, seed: int, concurrency: int
+        self,
+        run_dir: Path,
+        env: dict[str, str],
+        report: Report,
+        clocks: Clocks,
+        concurrency: int,
     ) -> None:
         self.run_dir = run_dir
         self.env = env
         self.report = report
-        self.seed = seed
+        self.clocks = clocks
+        self.seed = report.plan.seed
         self.concurrency = concurrency
+        timings = report.plan.timings
+        self.stalls = Stalls(
+            random.Random(f"{self.seed}/stalls"), timings.writer_stall_min, timings.writer_stall_max
+        )
         self.processes: dict[int, subprocess.Popen[bytes]] = {}
         self.started: dict[int, float] = {}
+        self.journaled: dict[int, int] = {}  # the journal's size at the worker's last start
         self.done: set[int] = set()
+
+    def _journal(self, index: int) -> Path:
+        return self.run_dir / f"journal-{index}.jsonl"
 
     def start(self, index: int) -> None:
         self.started[index] = time.monotonic()
+        journal = self._journal(index)
+        self.journaled[index] = journal.stat().st_size if journal.exists() else 0
         log = (self.run_dir / f"worker-{index}.log").open("ab")
         self.processes[index] = subprocess.Popen(
             [
@@ -189,13 +227,15 @@ class Workers:
                 "--concurrency",
                 str(self.concurrency),
             ],
-            env=self.env,
+            env=self.clocks.env("worker", self.env),
             cwd=ROOT,
             stdout=log,
             stderr=log,
         )
 
     def poll(self) -> None:
+        self.stalls.tick([p.pid for p in self.processes.values() if p.poll() is None])
+        self.report.writer_stalls = self.stalls.counts
         for index, process in self.processes.items():
             code = process.poll()
             if code is None or index in self.done:
@@ -209,13 +249,26 @@ class Workers:
                 raise RuntimeError(f"client worker {index} crashed ({code}); see {log}")
 
     def killable(self) -> list[int]:
-        """Running workers that have lived long enough to make progress since their last start:
-        killing a freshly restarted worker again and again would starve its last orders."""
+        """Running workers that have made progress since their last start (journaled an answer,
+        and lived a while): killing a freshly restarted worker again and again would starve its
+        last orders, and on a loaded machine a start alone can take longer than the driver's
+        pace."""
         now = time.monotonic()
         return [
             i
             for i, p in self.processes.items()
-            if p.poll() is None and now - self.started[i] >= MIN_WORKER_LIFETIME
+            if p.poll() is None
+            and now - self.started[i] >= MIN_WORKER_LIFETIME
+            and self._journal(i).exists()
+            and self._journal(i).stat().st_size > self.journaled[i]
+        ]
+
+    def stallable(self) -> list[int]:
+        """Running workers that are not stopped already."""
+        return [
+            i
+            for i, p in self.processes.items()
+            if p.poll() is None and not self.stalls.holds(p.pid)
         ]
 
     @property
@@ -252,7 +305,9 @@ class FaultDriver:
                 await asyncio.wait_for(stop.wait(), self.rng.uniform(0.5, 2.0))
                 return
             if not kinds:
-                kinds = list(DriverFault)
+                kinds = list(self.plan.driver_faults)
+                if not kinds:
+                    return
                 self.rng.shuffle(kinds)
             kind = kinds.pop()
             if not await self.inject(kind):
@@ -284,6 +339,11 @@ class FaultDriver:
                 await asyncio.sleep(self.rng.uniform(0.1, self.plan.timings.max_stall))
             finally:
                 os.kill(self.servers.shop.pid, signal.SIGCONT)
+        elif kind is DriverFault.STALL_WORKER:
+            stallable = self.workers.stallable()
+            if not stallable:
+                return False
+            self.workers.stalls.stop(self.workers.processes[self.rng.choice(stallable)].pid)
         self.report.driver_faults[kind.value] += 1
         return True
 
@@ -398,9 +458,11 @@ async def run_chaos(
             await ledger.migrate()
         finally:
             await ledger.close()
+        clocks = Clocks(plan, report)
         for n in range(reconcilers):
-            reconciler_processes.append(_start_reconciler(run_dir, n, env))
-        pool = Workers(run_dir, env, report, seed, concurrency)
+            skewed_env = clocks.env("reconciler", env)
+            reconciler_processes.append(_start_reconciler(run_dir, n, skewed_env))
+        pool = Workers(run_dir, env, report, clocks, concurrency)
         for index in range(workers):
             pool.start(index)
         stop = asyncio.Event()
@@ -419,16 +481,20 @@ async def run_chaos(
                         raise RuntimeError(
                             f"reconcilers keep exiting: {report.reconciler_restarts}"
                         )
-                    reconciler_processes[n] = _start_reconciler(run_dir, n, env)
+                    reconciler_processes[n] = _start_reconciler(
+                        run_dir, n, clocks.env("reconciler", env)
+                    )
         stop.set()
         await driver
         log(f"workers done after {time.monotonic() - started:.1f}s; waiting for reconciliation")
+        if not reconciler_processes:  # the sweep after a run without reconcilers
+            reconciler_processes.append(_start_reconciler(run_dir, 0, env))
         await _settled(pg_url, role, time.monotonic() + SETTLE_TIMEOUT)
         for process in reconciler_processes:
             process.send_signal(signal.SIGTERM)
         for process in reconciler_processes:
             process.wait(30)
-        report.reconciler_passes = _reconciler_totals(run_dir, reconcilers)
+        report.reconciler_passes = _reconciler_totals(run_dir, len(reconciler_processes))
         report.wall_seconds = time.monotonic() - started
         ledger_rows = await _ledger_rows(pg_url, role)
         report.operations = len(ledger_rows)

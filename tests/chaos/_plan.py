@@ -1,9 +1,11 @@
 """The seeded fault plan: what the shop does with each request, decided only by (seed, ref, n).
 
 A request's fault depends on the seed, the order's client reference and how many requests for that
-reference the shop has seen before, so a failing run replays with the same seed. Process-level
-faults (kills, restarts, stalls) come from the fault driver's own seeded generator; their timing
-against the requests is not reproducible, their kinds and order are.
+reference the shop has seen before, so a failing run replays with the same seed; so do which orders
+a second process submits too, and which executions stop their own process just before they send.
+Process-level faults (kills, restarts, stalls) and each process's clock skew come from the
+harness's own seeded generator; their timing against the requests is not reproducible, their kinds
+and order are.
 """
 
 from __future__ import annotations
@@ -34,6 +36,14 @@ class DriverFault(StrEnum):
     RESTART_REDIS = "restart_redis"  # kill the run's own redis-server (data lost) and restart it
     TERMINATE_PG = "terminate_pg"  # pg_terminate_backend on the run's own connections
     STALL_SHOP = "stall_shop"  # SIGSTOP the shop, SIGCONT it shortly after
+    STALL_WORKER = "stall_worker"  # SIGSTOP a client worker, SIGCONT it after more than the lease
+
+
+class Downstream(StrEnum):
+    """What the shop does with the key and fencing token a fenced client forwards."""
+
+    FENCED = "fenced"  # refuses a request whose token is lower than one it has already seen
+    PLAIN = "plain"  # ignores both: neither deduplicates nor checks tokens
 
 
 @dataclass(frozen=True)
@@ -49,6 +59,14 @@ class Timings:
     settle_after: float = 4.0
     lease_seconds: float = 2.0
     retry_after_seconds: int = 1
+    # A stopped writer is continued after this long: always past its lease, and often past the
+    # lease plus the settle window too, when a duplicate may already have been let through.
+    writer_stall_min: float = 3.0
+    writer_stall_max: float = 8.0
+
+    def __post_init__(self) -> None:
+        if self.writer_stall_min <= self.lease_seconds:
+            raise ValueError("a writer stall must outlast the lease, or it is no fault")
 
 
 DEFAULT_WEIGHTS: dict[Fault, float] = {
@@ -66,11 +84,22 @@ DEFAULT_WEIGHTS: dict[Fault, float] = {
 @dataclass(frozen=True)
 class Plan:
     """Seed, fault weights and timings; `lookup_broken_rate` of orders have a lookup that never
-    answers, the only case where the truth is undecidable and escalation is the right end."""
+    answers, the only case where the truth is undecidable and escalation is the right end.
+
+    `duplicate_rate` of orders are submitted by a second worker process too (a duplicate from
+    another process); `stall_rate` of executions stop their own process just before they send
+    (the harness continues it after a writer stall); `skew_seconds` is the largest clock offset
+    of a client worker or reconciler process (0: every process keeps the machine's clock).
+    """
 
     seed: int
     weights: dict[Fault, float] = field(default_factory=lambda: dict(DEFAULT_WEIGHTS))
     lookup_broken_rate: float = 0.01
+    duplicate_rate: float = 0.1
+    stall_rate: float = 0.01
+    skew_seconds: float = 30.0
+    downstream: Downstream = Downstream.FENCED
+    driver_faults: tuple[DriverFault, ...] = tuple(DriverFault)
     timings: Timings = field(default_factory=Timings)
 
     def fault(self, ref: str, n: int) -> Fault:
@@ -81,11 +110,22 @@ class Plan:
     def lookup_broken(self, ref: str) -> bool:
         return random.Random(f"{self.seed}/{ref}/lookup").random() < self.lookup_broken_rate
 
+    def duplicated(self, ref: str) -> bool:
+        return random.Random(f"{self.seed}/{ref}/twin").random() < self.duplicate_rate
+
+    def stalls_before_send(self, ref: str, execution: int) -> bool:
+        return random.Random(f"{self.seed}/{ref}/{execution}/stall").random() < self.stall_rate
+
     def describe(self) -> str:
         weights = ", ".join(f"{k.value}={v:.2f}" for k, v in self.weights.items())
         return (
             f"seed={self.seed} weights: {weights}; lookup broken for "
-            f"{self.lookup_broken_rate:.0%} of orders; timings: {self.timings}"
+            f"{self.lookup_broken_rate:.0%} of orders; duplicated by a second process "
+            f"{self.duplicate_rate:.0%}; executions stalling before the send "
+            f"{self.stall_rate:.1%}; "
+            f"clock skew up to ±{self.skew_seconds:g} s; downstream {self.downstream.value}; "
+            f"driver faults {', '.join(f.value for f in self.driver_faults) or 'none'}; "
+            f"timings: {self.timings}"
         )
 
 
@@ -100,6 +140,11 @@ def plan_to_json(plan: Plan) -> str:
             "seed": plan.seed,
             "weights": {k.value: v for k, v in plan.weights.items()},
             "lookup_broken_rate": plan.lookup_broken_rate,
+            "duplicate_rate": plan.duplicate_rate,
+            "stall_rate": plan.stall_rate,
+            "skew_seconds": plan.skew_seconds,
+            "downstream": plan.downstream.value,
+            "driver_faults": [f.value for f in plan.driver_faults],
             "timings": asdict(plan.timings),
         }
     )
@@ -111,5 +156,10 @@ def plan_from_json(text: str) -> Plan:
         seed=data["seed"],
         weights={Fault(k): v for k, v in data["weights"].items()},
         lookup_broken_rate=data["lookup_broken_rate"],
+        duplicate_rate=data["duplicate_rate"],
+        stall_rate=data["stall_rate"],
+        skew_seconds=data["skew_seconds"],
+        downstream=Downstream(data["downstream"]),
+        driver_faults=tuple(DriverFault(f) for f in data["driver_faults"]),
         timings=Timings(**data["timings"]),
     )

@@ -8,11 +8,12 @@ and `writesafe reconcile tests.chaos.app:ws --watch` workers — loads the same 
 from __future__ import annotations
 
 import os
+import signal
 from typing import Any
 
 import httpx
 
-from idempotency import WriteSafe
+from idempotency import WriteSafe, current_operation
 from reconciler import Found, LookupOperation, LookupResult, NotFound, ToolError, Unknown
 from tests.chaos._plan import Plan, plan_from_json
 
@@ -53,6 +54,11 @@ async def find_order(op: LookupOperation) -> LookupResult:
 )
 async def submit_order(order: dict[str, Any], idempotency_key: str) -> dict[str, str]:
     """Submit an order, forwarding the idempotency key as the shop's client reference."""
+    operation = current_operation()
+    if operation is not None and PLAN.stalls_before_send(idempotency_key, operation.execution):
+        # A writer stall just before the send: the process stops itself here, the harness
+        # continues it after more than the lease.
+        os.kill(os.getpid(), signal.SIGSTOP)
     response = await shop().post(
         "/orders", json={**order, "ref": idempotency_key}, timeout=TIMINGS.client_timeout * 4
     )

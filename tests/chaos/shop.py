@@ -4,8 +4,12 @@
 
 `POST /orders` creates an order (it does NOT deduplicate by reference: a second effect must stay
 visible to the checker), misbehaving as the seeded plan says for that reference's n-th request.
-`GET /orders/{ref}` is the lookup by client reference. Every request and its fault is logged in
-the shop's own SQLite table `requests`, the ground truth the checker reads.
+With the plan's `fenced` downstream it checks the `Fencing-Token` a fenced client forwards: a
+request whose token is lower than the highest this reference has sent is refused (409) before
+anything else, as a downstream that keeps the highest token per key would; the `plain` downstream
+checks nothing. `GET /orders/{ref}` is the lookup by client reference. Every request and its fault
+is logged in the shop's own SQLite table `requests`, the ground truth the checker reads; refused
+ones in `refusals`.
 """
 
 from __future__ import annotations
@@ -17,12 +21,12 @@ import time
 from typing import Any
 
 import uvicorn
-from fastapi import FastAPI
+from fastapi import FastAPI, Header
 from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel
 from starlette.types import Receive, Scope, Send
 
-from tests.chaos._plan import Fault, Plan, plan_from_json
+from tests.chaos._plan import Downstream, Fault, Plan, plan_from_json
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS orders (
@@ -31,8 +35,11 @@ CREATE TABLE IF NOT EXISTS orders (
 CREATE INDEX IF NOT EXISTS ix_orders_ref ON orders (ref);
 CREATE TABLE IF NOT EXISTS requests (
     id INTEGER PRIMARY KEY AUTOINCREMENT, ref TEXT NOT NULL, n INTEGER NOT NULL,
-    fault TEXT NOT NULL, at REAL NOT NULL);
+    fault TEXT NOT NULL, token INTEGER, at REAL NOT NULL);
 CREATE INDEX IF NOT EXISTS ix_requests_ref ON requests (ref);
+CREATE TABLE IF NOT EXISTS refusals (
+    id INTEGER PRIMARY KEY AUTOINCREMENT, ref TEXT NOT NULL, token INTEGER NOT NULL,
+    highest INTEGER NOT NULL, at REAL NOT NULL);
 """
 
 
@@ -76,22 +83,39 @@ def create_app(db_path: str, plan: Plan) -> FastAPI:
         )
         return {"order_id": f"o{cursor.lastrowid}", "ref": order.ref}
 
-    def log_request(ref: str) -> Fault:
+    def log_request(ref: str, token: int | None) -> Fault:
         (n,) = db.execute("SELECT count(*) FROM requests WHERE ref = ?", (ref,)).fetchone()
         fault = plan.fault(ref, n)
         db.execute(
-            "INSERT INTO requests (ref, n, fault, at) VALUES (?, ?, ?, ?)",
-            (ref, n, fault.value, time.time()),
+            "INSERT INTO requests (ref, n, fault, token, at) VALUES (?, ?, ?, ?, ?)",
+            (ref, n, fault.value, token, time.time()),
         )
         return fault
+
+    def stale(ref: str, token: int | None) -> bool:
+        """A fenced downstream's check: has this reference sent a higher token already?"""
+        if plan.downstream is Downstream.PLAIN or token is None:
+            return False
+        (highest,) = db.execute("SELECT max(token) FROM requests WHERE ref = ?", (ref,)).fetchone()
+        if highest is None or token >= highest:
+            return False
+        db.execute(
+            "INSERT INTO refusals (ref, token, highest, at) VALUES (?, ?, ?, ?)",
+            (ref, token, highest, time.time()),
+        )
+        return True
 
     async def commit_later(order: OrderRequest) -> None:
         await asyncio.sleep(timings.late_commit)
         commit(order)
 
     @app.post("/orders", status_code=201)
-    async def submit(order: OrderRequest) -> Response:
-        fault = log_request(order.ref)
+    async def submit(
+        order: OrderRequest, fencing_token: int | None = Header(default=None)
+    ) -> Response:
+        if stale(order.ref, fencing_token):
+            return JSONResponse({"reason": "stale fencing token"}, status_code=409)
+        fault = log_request(order.ref, fencing_token)
         if fault is Fault.INPUT_INVALID:
             body = {"code": "INPUT_INVALID", "field": "postcode", "message": "not served"}
             return JSONResponse(body, status_code=422)
