@@ -54,7 +54,8 @@ class Report:
     run_dir: Path
     wall_seconds: float = 0.0
     driver_faults: Counter[str] = field(default_factory=Counter)
-    writer_stalls: Counter[str] = field(default_factory=Counter)  # by who stopped the writer
+    # Writer stalls by who stopped the writer ("driver", "self") and, for "self", where.
+    writer_stalls: Counter[str] = field(default_factory=Counter)
     skews: Counter[str] = field(default_factory=Counter)  # process starts by kind and skew
     reconciler_passes: Counter[str] = field(default_factory=Counter)
     reconciler_restarts: Counter[int] = field(default_factory=Counter)  # by exit code
@@ -235,7 +236,6 @@ class Workers:
 
     def poll(self) -> None:
         self.stalls.tick([p.pid for p in self.processes.values() if p.poll() is None])
-        self.report.writer_stalls = self.stalls.counts
         for index, process in self.processes.items():
             code = process.poll()
             if code is None or index in self.done:
@@ -495,6 +495,7 @@ async def run_chaos(
         for process in reconciler_processes:
             process.wait(30)
         report.reconciler_passes = _reconciler_totals(run_dir, len(reconciler_processes))
+        report.writer_stalls = pool.stalls.counts + _stall_points(run_dir, workers)
         report.wall_seconds = time.monotonic() - started
         ledger_rows = await _ledger_rows(pg_url, role)
         report.operations = len(ledger_rows)
@@ -532,6 +533,16 @@ def _start_reconciler(run_dir: Path, n: int, env: dict[str, str]) -> subprocess.
         stdout=(run_dir / f"reconciler-{n}.jsonl").open("ab"),
         stderr=(run_dir / f"reconciler-{n}.log").open("ab"),
     )
+
+
+def _stall_points(run_dir: Path, workers: int) -> Counter[str]:
+    """Where the executions that stopped their own process stopped (the tool logs each)."""
+    points: Counter[str] = Counter()
+    for index in range(workers):
+        for line in (run_dir / f"worker-{index}.log").read_text(errors="replace").splitlines():
+            if line.startswith("chaos stall "):
+                points[f"self {line.split()[2]}"] += 1
+    return points
 
 
 def _reconciler_totals(run_dir: Path, reconcilers: int) -> Counter[str]:

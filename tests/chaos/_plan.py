@@ -39,6 +39,13 @@ class DriverFault(StrEnum):
     STALL_WORKER = "stall_worker"  # SIGSTOP a client worker, SIGCONT it after more than the lease
 
 
+class StallPoint(StrEnum):
+    """Where an execution that stalls before its send stops its own process."""
+
+    BEFORE_FENCE = "before_fence"  # in the tool, before its request: the fence's to refuse
+    AFTER_FENCE = "after_fence"  # after the fence admitted the send: only the downstream can
+
+
 class Downstream(StrEnum):
     """What the shop does with the key and fencing token a fenced client forwards."""
 
@@ -88,8 +95,9 @@ class Plan:
 
     `duplicate_rate` of orders are submitted by a second worker process too (a duplicate from
     another process); `stall_rate` of executions stop their own process just before they send
-    (the harness continues it after a writer stall); `skew_seconds` is the largest clock offset
-    of a client worker or reconciler process (0: every process keeps the machine's clock).
+    (the harness continues it after a writer stall), `after_fence_share` of those after the
+    fence admitted the send; `skew_seconds` is the largest clock offset of a client worker or
+    reconciler process (0: every process keeps the machine's clock).
     """
 
     seed: int
@@ -97,6 +105,7 @@ class Plan:
     lookup_broken_rate: float = 0.01
     duplicate_rate: float = 0.1
     stall_rate: float = 0.01
+    after_fence_share: float = 0.5
     skew_seconds: float = 30.0
     downstream: Downstream = Downstream.FENCED
     driver_faults: tuple[DriverFault, ...] = tuple(DriverFault)
@@ -113,8 +122,13 @@ class Plan:
     def duplicated(self, ref: str) -> bool:
         return random.Random(f"{self.seed}/{ref}/twin").random() < self.duplicate_rate
 
-    def stalls_before_send(self, ref: str, execution: int) -> bool:
-        return random.Random(f"{self.seed}/{ref}/{execution}/stall").random() < self.stall_rate
+    def stall_point(self, ref: str, execution: int) -> StallPoint | None:
+        rng = random.Random(f"{self.seed}/{ref}/{execution}/stall")
+        if rng.random() >= self.stall_rate:
+            return None
+        if rng.random() < self.after_fence_share:
+            return StallPoint.AFTER_FENCE
+        return StallPoint.BEFORE_FENCE
 
     def describe(self) -> str:
         weights = ", ".join(f"{k.value}={v:.2f}" for k, v in self.weights.items())
@@ -122,7 +136,7 @@ class Plan:
             f"seed={self.seed} weights: {weights}; lookup broken for "
             f"{self.lookup_broken_rate:.0%} of orders; duplicated by a second process "
             f"{self.duplicate_rate:.0%}; executions stalling before the send "
-            f"{self.stall_rate:.1%}; "
+            f"{self.stall_rate:.1%} ({self.after_fence_share:.0%} of them after the fence); "
             f"clock skew up to ±{self.skew_seconds:g} s; downstream {self.downstream.value}; "
             f"driver faults {', '.join(f.value for f in self.driver_faults) or 'none'}; "
             f"timings: {self.timings}"
@@ -142,6 +156,7 @@ def plan_to_json(plan: Plan) -> str:
             "lookup_broken_rate": plan.lookup_broken_rate,
             "duplicate_rate": plan.duplicate_rate,
             "stall_rate": plan.stall_rate,
+            "after_fence_share": plan.after_fence_share,
             "skew_seconds": plan.skew_seconds,
             "downstream": plan.downstream.value,
             "driver_faults": [f.value for f in plan.driver_faults],
@@ -158,6 +173,7 @@ def plan_from_json(text: str) -> Plan:
         lookup_broken_rate=data["lookup_broken_rate"],
         duplicate_rate=data["duplicate_rate"],
         stall_rate=data["stall_rate"],
+        after_fence_share=data["after_fence_share"],
         skew_seconds=data["skew_seconds"],
         downstream=Downstream(data["downstream"]),
         driver_faults=tuple(DriverFault(f) for f in data["driver_faults"]),

@@ -42,7 +42,7 @@ class Stalls:
         for pid in pids:
             if pid not in self._until and _stopped(pid):
                 self._until[pid] = now + self._duration()
-                self.counts["before_send"] += 1
+                self.counts["self"] += 1
         for pid, until in list(self._until.items()):
             if until <= now:
                 self.resume(pid)

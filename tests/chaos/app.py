@@ -3,19 +3,25 @@
 Configured entirely from the environment (the harness sets it), so every process — client workers
 and `writesafe reconcile tests.chaos.app:ws --watch` workers — loads the same application:
 `WRITESAFE_*` for the stores, `CHAOS_SHOP_URL` for the shop and `CHAOS_PLAN` for the timings.
+The tool sends through writesafe's httpx integration (`fenced_client`): every request passes the
+execution's fence and carries its key and fencing token. Where the plan says so, an execution
+stops its own process just before its send: in the tool, before the fence (the fence's to refuse
+once the process is continued), or inside the transport after the fence admitted the request
+(only a downstream that checks the token can refuse that one).
 """
 
 from __future__ import annotations
 
 import os
 import signal
+import sys
 from typing import Any
 
 import httpx
 
-from idempotency import WriteSafe, current_operation
+from idempotency import WriteSafe, current_operation, fenced_client
 from reconciler import Found, LookupOperation, LookupResult, NotFound, ToolError, Unknown
-from tests.chaos._plan import Plan, plan_from_json
+from tests.chaos._plan import Plan, StallPoint, plan_from_json
 
 PLAN = plan_from_json(os.environ["CHAOS_PLAN"]) if "CHAOS_PLAN" in os.environ else Plan(seed=0)
 TIMINGS = PLAN.timings
@@ -26,12 +32,31 @@ ws = WriteSafe()
 _clients: dict[int, httpx.AsyncClient] = {}
 
 
+def stall_here(point: StallPoint) -> None:
+    """Stop this process if the plan stalls the current execution at `point`."""
+    operation = current_operation()
+    if operation is None or PLAN.stall_point(operation.key, operation.execution) is not point:
+        return
+    print(f"chaos stall {point.value} {operation.key} #{operation.execution}", file=sys.stderr)
+    sys.stderr.flush()
+    os.kill(os.getpid(), signal.SIGSTOP)  # the harness continues it after the stall
+
+
+class _StallAfterFence(httpx.AsyncHTTPTransport):
+    """httpx's own transport, under the fenced one: a stall here comes after the fence."""
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        stall_here(StallPoint.AFTER_FENCE)
+        return await super().handle_async_request(request)
+
+
 def shop() -> httpx.AsyncClient:
     """One HTTP client per process (each process runs one event loop)."""
     client = _clients.get(os.getpid())
     if client is None:
         limits = httpx.Limits(max_connections=200, max_keepalive_connections=50)
-        client = _clients[os.getpid()] = httpx.AsyncClient(base_url=SHOP_URL, limits=limits)
+        transport = _StallAfterFence(limits=limits)
+        client = _clients[os.getpid()] = fenced_client(base_url=SHOP_URL, transport=transport)
     return client
 
 
@@ -54,11 +79,7 @@ async def find_order(op: LookupOperation) -> LookupResult:
 )
 async def submit_order(order: dict[str, Any], idempotency_key: str) -> dict[str, str]:
     """Submit an order, forwarding the idempotency key as the shop's client reference."""
-    operation = current_operation()
-    if operation is not None and PLAN.stalls_before_send(idempotency_key, operation.execution):
-        # A writer stall just before the send: the process stops itself here, the harness
-        # continues it after more than the lease.
-        os.kill(os.getpid(), signal.SIGSTOP)
+    stall_here(StallPoint.BEFORE_FENCE)
     response = await shop().post(
         "/orders", json={**order, "ref": idempotency_key}, timeout=TIMINGS.client_timeout * 4
     )

@@ -31,7 +31,8 @@ def test_a_short_chaos_run_keeps_every_invariant() -> None:
     # Every fault kind was really exercised, so the invariants were tested against all of them.
     assert {f.value for f in Fault} <= set(verdict.shop_faults)
     assert set(report.driver_faults) == {f.value for f in DriverFault}
-    assert report.writer_stalls["before_send"] > 0
+    assert report.writer_stalls["self before_fence"] > 0
+    assert report.writer_stalls["self after_fence"] > 0
     assert report.writer_stalls["driver"] > 0
     assert any(not k.endswith(" +0 s") for k in report.skews if k.startswith("worker"))
     assert any(not k.endswith(" +0 s") for k in report.skews if k.startswith("reconciler"))
