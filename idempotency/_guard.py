@@ -14,12 +14,12 @@ import logging
 import secrets
 import time
 from dataclasses import dataclass
-from datetime import datetime
-from typing import Any
+from typing import Any, NoReturn
 
 from sqlalchemy.exc import SQLAlchemyError
 from tenacity import (
     AsyncRetrying,
+    RetryCallState,
     retry_if_exception_type,
     stop_after_attempt,
     stop_after_delay,
@@ -61,6 +61,7 @@ from reconciler import (
     RetrySignal,
     SideEffects,
     decide_continuation,
+    defer,
     exception_evidence,
     operation_info,
 )
@@ -91,12 +92,12 @@ class _Answer:
 
 
 class _Retryable(RetrySignal):
-    """A failed execution that proved no effect and may be retried within the budget."""
+    """A failed execution that proved no effect, recorded `failed`, and may run again within
+    the budget once the wait is over."""
 
-    def __init__(self, envelope: ErrorEnvelope, outcome: Outcome, failed_at: datetime) -> None:
+    def __init__(self, envelope: ErrorEnvelope, failed: OperationRecord) -> None:
         super().__init__(envelope)
-        self.outcome = outcome
-        self.failed_at = failed_at
+        self.failed = failed
 
 
 @dataclass(frozen=True, slots=True)
@@ -350,28 +351,43 @@ class Guard:
             return _Busy(0)
         return await self._execute(call, restarted, owner)
 
-    async def _execute(self, call: GuardedCall, operation: OperationRecord, owner: str) -> _Answer:
-        """Run the write under its lease, retrying automatically only where no effect is proven."""
+    async def _execute(
+        self, call: GuardedCall, operation: OperationRecord, owner: str
+    ) -> _Answer | _Busy:
+        """Run the write under its lease, retrying automatically only where no effect is proven.
+
+        A retryable failure is recorded `failed` before the wait, so a call cancelled while it
+        waits leaves what it knows (the key continues later under the continuation policy); the
+        next execution restarts the operation by compare-and-set, so a caller of the same key
+        that continued it during the wait runs it instead, and this call answers like it.
+        """
+        started = time.monotonic()
+        store_token = None if self.keystore is None else _store_token(owner, call.fingerprint)
+        lease = HeldLease(operation.id, owner, call.scope, call.key, store_token)
         failure: _Retryable | None = None
 
-        async def execution() -> _Answer:
+        async def execution() -> _Answer | _Busy:
             nonlocal operation, failure
             if failure is not None:
-                operation = await self._next_execution(call, operation, owner, failure)
+                restarted = await self._next_execution(call, failure, owner)
+                if restarted is None:
+                    return _Busy(0)
+                operation = restarted
+            self._leases.hold(lease)
             try:
                 return await self._execute_once(call, operation, owner)
             except _Retryable as retryable:
                 failure = retryable
+                self._leases.release(lease)  # the failed row holds no lease while we wait
                 raise
 
-        store_token = None if self.keystore is None else _store_token(owner, call.fingerprint)
-        lease = HeldLease(operation.id, owner, call.scope, call.key, store_token)
-        self._leases.hold(lease)
-
         def retrying() -> AsyncRetrying:
+            policy = call.tool.retry_policy
             return AsyncRetrying(
                 retry=retry_if_exception_type(_Retryable),
-                wait=call.tool.retry_policy.wait(),
+                wait=policy.wait(),
+                stop=policy.stop(spent=time.monotonic() - started),
+                retry_error_callback=_out_of_time,
                 sleep=self.ledger.clock.sleep,
                 reraise=True,
             )
@@ -429,7 +445,11 @@ class Guard:
                 envelope = ErrorEnvelope.model_validate_json(outcome.error or "")
             elif retry_allowed:
                 RETRIES.labels(call.tool.name).inc()
-                return _Retryable(envelope, outcome, self.ledger.clock.now())
+                recorded = await self._record(call, operation, owner, outcome)
+                if recorded is None:
+                    # Fenced off, or the ledger is gone: end with the failure seen (no effect).
+                    return WriteSafeError(envelope.with_operation(operation_info(operation)))
+                return _Retryable(envelope, recorded)
             else:
                 RETRIES_THROTTLED.labels(call.tool.name).inc()
                 throttled = True
@@ -458,18 +478,17 @@ class Guard:
         )
 
     async def _next_execution(
-        self, call: GuardedCall, operation: OperationRecord, owner: str, failure: _Retryable
-    ) -> OperationRecord:
-        """Record the failed execution and open the next one; a lost lease ends the call."""
-        intent = self._intent(call, owner)
+        self, call: GuardedCall, failure: _Retryable, owner: str
+    ) -> OperationRecord | None:
+        """Restart the failed operation for the next execution; None if another caller changed
+        it during the wait (the call then answers from what the ledger holds now)."""
         try:
-            row = await self.ledger.retry(operation, intent, failure.outcome, failure.failed_at)
+            return await self.ledger.restart(failure.failed, self._intent(call, owner))
         except LEDGER_ERRORS:
-            row = None
-        if row is None:
-            # Fenced off, or the ledger is gone: end with the failure seen (it had no effect).
-            raise WriteSafeError(failure.envelope.with_operation(operation_info(operation)))
-        return row
+            # The ledger is gone: end with the failure recorded (it had no effect).
+            raise WriteSafeError(
+                failure.envelope.with_operation(operation_info(failure.failed))
+            ) from None
 
     async def _record(
         self, call: GuardedCall, operation: OperationRecord, owner: str, outcome: Outcome
@@ -655,6 +674,16 @@ def _failure_outcome(classification: Classification) -> Outcome:
         code=envelope.code,
         evidence=dumps_json(classification.evidence),
     )
+
+
+def _out_of_time(state: RetryCallState) -> NoReturn:
+    """The next wait would end past the call's time budget: end now with the recorded failure,
+    saying when to come back (the key continues then, under the continuation policy)."""
+    assert state.outcome is not None
+    failure = state.outcome.exception()
+    assert isinstance(failure, _Retryable)
+    envelope = defer(failure.envelope, state.upcoming_sleep)
+    raise WriteSafeError(envelope.with_operation(operation_info(failure.failed))) from failure
 
 
 def _leaving(error: BaseException) -> bool:
