@@ -40,6 +40,7 @@ from idempotency._metrics import (
     RETRIES_THROTTLED,
     answered,
 )
+from idempotency._results import ResultNotStored
 from idempotency._spec import GuardedCall
 from ledger import (
     Claim,
@@ -261,9 +262,9 @@ class Guard:
             return None
         if row.fingerprint != call.fingerprint:
             raise self._key_reused(call, row.tool, operation_info(row))
+        answer = _replayed(call, row)
         self._cache_behind(call, row)
-        assert row.result is not None
-        return _Answer(call.tool.codec.decode(row.result), "replayed", row)
+        return answer
 
     async def _claim(self, call: GuardedCall, owner: str) -> Claim:
         intent = self._intent(call, owner)
@@ -297,8 +298,7 @@ class Guard:
         if operation.status is Status.SUCCEEDED:
             if not same_payload:
                 raise self._key_reused(call, operation.tool, operation_info(operation))
-            assert operation.result is not None
-            return _Answer(call.tool.codec.decode(operation.result), "replayed", operation)
+            return _replayed(call, operation)
         if operation.status is Status.FAILED:
             return await self._continue_failed(call, operation, owner)
         if not same_payload:
@@ -417,12 +417,16 @@ class Guard:
                     raise
                 raise await self._failed(call, operation, owner, classification) from error
             call.tool.retry_budget.record_success()
-            encoded = call.tool.codec.encode(value)
-            recorded = await self._record(
-                call, operation, owner, Outcome(Status.SUCCEEDED, result=encoded)
-            )
+            try:
+                encoded, value = call.tool.codec.normalise(value)
+                outcome = Outcome(Status.SUCCEEDED, result=encoded)
+            except ResultNotStored as unstorable:
+                outcome = self._not_stored(call, unstorable)
+            recorded = await self._record(call, operation, owner, outcome)
             if recorded is None:
                 raise self._unrecorded(call, operation)
+            if recorded.result is None:
+                raise _stored_failure(recorded)
             return _Answer(value, "executed", recorded)
         finally:
             reset_current(token)
@@ -458,6 +462,21 @@ class Guard:
             return self._unrecorded(call, operation)
         info = operation_info(recorded).model_copy(update={"throttled": throttled})
         return WriteSafeError(envelope.with_operation(info))
+
+    def _not_stored(self, call: GuardedCall, unstorable: ResultNotStored) -> Outcome:
+        """The write ran but its result cannot be kept: the operation succeeds without one, and
+        every caller with the key gets the same RESULT_NOT_STORED envelope instead of it."""
+        logger.warning("result of %s/%s not stored: %s", call.scope, call.key, unstorable)
+        envelope = self.codes.envelope(
+            Code.RESULT_NOT_STORED,
+            f"the write was applied, but its result was not stored: {unstorable}",
+        )
+        return Outcome(
+            status=Status.SUCCEEDED,
+            error=dumps_json(envelope.to_json_dict()),
+            code=envelope.code,
+            evidence=dumps_json(unstorable.evidence),
+        )
 
     def _exhausted(
         self, operation: OperationRecord, last: Outcome, envelope: ErrorEnvelope
@@ -636,6 +655,20 @@ class Guard:
 
 def _stored_envelope(operation: OperationRecord) -> ErrorEnvelope | None:
     return None if operation.error is None else ErrorEnvelope.model_validate_json(operation.error)
+
+
+def _stored_failure(operation: OperationRecord) -> WriteSafeError:
+    """The envelope an operation ended with, as every later caller gets it."""
+    stored = _stored_envelope(operation)
+    assert stored is not None, "an operation without a result ended with an envelope"
+    return WriteSafeError(stored.with_operation(operation_info(operation)))
+
+
+def _replayed(call: GuardedCall, operation: OperationRecord) -> _Answer:
+    """A succeeded operation's answer again: its result, or the envelope it has instead."""
+    if operation.result is None:
+        raise _stored_failure(operation)
+    return _Answer(call.tool.codec.decode(operation.result), "replayed", operation)
 
 
 def _retry_claim() -> AsyncRetrying:
