@@ -57,9 +57,12 @@ from reconciler import (
     Continuation,
     ErrorEnvelope,
     FailedOperation,
+    Lost,
     OperationInfo,
     RetrySignal,
     SideEffects,
+    Untrusted,
+    admit,
     decide_continuation,
     exception_evidence,
     operation_info,
@@ -176,7 +179,7 @@ class Guard:
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(asyncio.shield(leader), deadline - loop.time())
                 if not leader.done():
-                    raise self._in_progress(call, None)
+                    raise await self._in_progress(call, None)
             # A different payload does not wait: the stores answer it (KEY_REUSED, or a
             # continuation once the first call has failed).
             return await self._lead(call, deadline)
@@ -201,7 +204,7 @@ class Guard:
                 return step
             remaining = deadline - loop.time()
             if remaining <= 0:
-                raise self._in_progress(call, step.retry_after_ms)
+                raise await self._in_progress(call, step.retry_after_ms)
             if step.retry_after_ms:
                 await asyncio.sleep(min(pause, remaining))
                 pause = min(pause * 2, _MAX_POLL_SECONDS)
@@ -343,7 +346,9 @@ class Guard:
         if decision is Continuation.KEY_REUSED:
             raise self._key_reused(call, operation.tool, operation_info(operation))
         if decision is Continuation.STORED_FAILURE:
-            envelope = stored or self.codes.envelope(Code.UNKNOWN_ERROR, "failed")
+            envelope = stored or self.codes.envelope(
+                Code.UNKNOWN_ERROR, "failed", cause=Untrusted.NO_STORED_FAILURE
+            )
             raise WriteSafeError(envelope.with_operation(operation_info(operation)))
         restarted = await self.ledger.restart(operation, self._intent(call, owner))
         if restarted is None:
@@ -433,6 +438,8 @@ class Guard:
             else:
                 RETRIES_THROTTLED.labels(call.tool.name).inc()
                 throttled = True
+                envelope = call.tool.retry_policy.timed(envelope, operation.executions)
+                outcome = _failure_outcome(Classification(envelope, classification.evidence))
         recorded = await self._record(call, operation, owner, outcome)
         if recorded is None:
             return self._unrecorded(call, operation)
@@ -447,6 +454,7 @@ class Guard:
             Code.RETRY_EXHAUSTED,
             f"gave up after {operation.executions} executions; the last answer was "
             f"{envelope.code}: {envelope.message}",
+            cause=envelope.code,
         )
         return Outcome(
             status=Status.FAILED,
@@ -468,7 +476,8 @@ class Guard:
             row = None
         if row is None:
             # Fenced off, or the ledger is gone: end with the failure seen (it had no effect).
-            raise WriteSafeError(failure.envelope.with_operation(operation_info(operation)))
+            envelope = call.tool.retry_policy.timed(failure.envelope, operation.executions)
+            raise WriteSafeError(envelope.with_operation(operation_info(operation)))
         return row
 
     async def _record(
@@ -536,14 +545,18 @@ class Guard:
             message = (
                 f"the write did not finish within {call.tool.timeout}s; it may have been applied"
             )
-            envelope = self.codes.envelope(Code.OUTCOME_UNKNOWN, message)
+            envelope = self.codes.envelope(Code.OUTCOME_UNKNOWN, message, cause=Lost.TIMEOUT)
             return Classification(envelope, {"timeout_seconds": call.tool.timeout})
+        adapter = call.tool.adapter
         try:
-            return call.tool.adapter.classify(error, self.codes)
+            classified = adapter.classify(error, self.codes)
         except Exception as broken:  # an adapter must never turn a failure into a crash
-            logger.exception("adapter %s failed to classify an error", call.tool.adapter.name)
-            envelope = self.codes.envelope(Code.UNKNOWN_ERROR, "the adapter failed to classify")
+            logger.exception("adapter %s failed to classify an error", adapter.name)
+            envelope = self.codes.envelope(
+                Code.UNKNOWN_ERROR, "the adapter failed to classify", cause=Untrusted.ADAPTER_FAILED
+            )
             return Classification(envelope, exception_evidence(broken))
+        return admit(classified, self.codes, source=f"{adapter.name}/{adapter.version}")
 
     def _replay_cached(self, call: GuardedCall, cached: CachedOutcome) -> _Answer:
         if cached.fingerprint != call.fingerprint:
@@ -566,12 +579,28 @@ class Guard:
             )
         )
 
-    def _in_progress(self, call: GuardedCall, retry_after_ms: int | None) -> WriteSafeError:
+    async def _in_progress(self, call: GuardedCall, retry_after_ms: int | None) -> WriteSafeError:
+        """IN_PROGRESS naming the operation (its key may have been derived, so the caller may
+        not know it otherwise); read from the ledger, else as much as this call knows."""
+        row = None
+        with contextlib.suppress(*LEDGER_ERRORS):
+            row = await self.ledger.get(call.scope, call.key)
+        info = (
+            operation_info(row)
+            if row is not None
+            else OperationInfo(
+                key=call.key,
+                status=Status.IN_FLIGHT.value,
+                attempt=0,
+                attempts_left=call.tool.max_executions,
+            )
+        )
         return WriteSafeError(
             self.codes.envelope(
                 Code.IN_PROGRESS,
                 f"another call with key {call.key!r} is executing",
                 retry_after_ms=retry_after_ms or 1_000,
+                operation=info,
             )
         )
 

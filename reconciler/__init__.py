@@ -6,6 +6,8 @@ Imports `ledger` only. Its `cli` and `service` entry packages may also import `i
 
 from reconciler._absence import Absence, after_absence
 from reconciler._adapters import DEFAULT_ADAPTER, Adapter
+from reconciler._admission import admit, disagreement
+from reconciler._causes import Lost, Untrusted
 from reconciler._check import (
     Check,
     Lookup,
@@ -62,7 +64,14 @@ from reconciler._views import (
     attempts_left,
     operation_info,
 )
-from reconciler._webmcp import WEBMCP_CODES, WebMcpCode, from_webmcp, to_webmcp
+from reconciler._webmcp import (
+    WEBMCP_CODES,
+    WebMcpCode,
+    from_webmcp,
+    from_webmcp_text,
+    to_webmcp,
+    to_webmcp_text,
+)
 from reconciler._wire import read_envelope
 
 __all__ = [
@@ -96,6 +105,7 @@ __all__ = [
     "LookupOutcome",
     "LookupResult",
     "LookupSpec",
+    "Lost",
     "NextAction",
     "NotFound",
     "OperationInfo",
@@ -119,17 +129,21 @@ __all__ = [
     "ToolError",
     "Unknown",
     "UnknownCode",
+    "Untrusted",
     "Verdict",
     "WebMcpCode",
+    "admit",
     "after_absence",
     "attempts_left",
     "classify_exception",
     "decide_continuation",
+    "disagreement",
     "envelope_json_schema",
     "exception_evidence",
     "from_call_tool_result",
     "from_problem",
     "from_webmcp",
+    "from_webmcp_text",
     "operation_info",
     "parse_retry_after",
     "read_envelope",
@@ -139,5 +153,6 @@ __all__ = [
     "to_call_tool_result",
     "to_problem",
     "to_webmcp",
+    "to_webmcp_text",
     "wait_max",
 ]

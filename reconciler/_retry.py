@@ -7,6 +7,7 @@ wait strategies) and *whether the dependency can afford it* (a gRPC-style retry 
 
 from __future__ import annotations
 
+import math
 import threading
 from dataclasses import dataclass, field
 
@@ -54,6 +55,14 @@ class RetryPolicy:
     def wait(self) -> wait_base:
         backoff = wait_random_exponential(multiplier=self.initial, max=self.maximum)
         return wait_max(wait_exception(_stated_delay), backoff)
+
+    def timed(self, envelope: ErrorEnvelope, executions: int) -> ErrorEnvelope:
+        """`envelope`, with this policy's backoff after `executions` as its delay where it is
+        retryable and states none: a caller handed a retryable failure must learn when."""
+        if not envelope.retryable or envelope.retry_after_ms is not None:
+            return envelope
+        seconds = min(self.maximum, self.initial * 2 ** max(executions, 0))
+        return envelope.model_copy(update={"retry_after_ms": math.ceil(seconds * 1000)})
 
 
 @dataclass(slots=True)

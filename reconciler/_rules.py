@@ -16,6 +16,7 @@ from types import MappingProxyType
 from typing import Any
 
 from ledger import Clock, SystemClock
+from reconciler._causes import Untrusted
 from reconciler._classify import Classification, classify_exception, exception_evidence
 from reconciler._contract import Code, CodeRegistry, ErrorEnvelope, SideEffects
 from reconciler._evidence import excerpt, header_subset
@@ -131,7 +132,11 @@ class ResponseAdapter:
             return self.classify_response(response, codes)
         except Exception as broken:
             logger.exception("adapter %s/%s failed", self.name, self.version)
-            envelope = codes.envelope(Code.UNKNOWN_ERROR, f"adapter {self.name} failed")
+            envelope = codes.envelope(
+                Code.UNKNOWN_ERROR,
+                f"adapter {self.name} failed",
+                cause=Untrusted.ADAPTER_FAILED.value,
+            )
             return Classification(
                 envelope, {"adapter": self._tag(), "adapter_error": exception_evidence(broken)}
             )
@@ -145,20 +150,24 @@ class ResponseAdapter:
             body = NOT_JSON
             evidence["body_error"] = str(error)
         if self.accept_envelopes and _is_envelope(body):
-            found = from_problem(body, codes)
-            return Classification(self._bounded(found.envelope), {**evidence, **found.evidence})
+            found = from_problem(self._clamped(body), codes)
+            envelope = found.envelope.model_copy(update={"operation": None})
+            return Classification(envelope, {**evidence, **found.evidence})
         for rule in self.rules:
             try:
                 matched = rule.matches(response, body)
             except Exception as broken:  # a user predicate failed: trust nothing after it
                 evidence["rule_error"] = {"rule": rule.label, **exception_evidence(broken)}
                 message = f"{self._tag()}: rule {rule.label} failed to evaluate"
-                return Classification(codes.envelope(Code.UNKNOWN_ERROR, message), evidence)
+                cause = Untrusted.ADAPTER_FAILED.value
+                envelope = codes.envelope(Code.UNKNOWN_ERROR, message, cause=cause)
+                return Classification(envelope, evidence)
             if matched:
                 evidence["rule"] = rule.label
                 return Classification(self._envelope(rule, response, body, codes), evidence)
         message = f"{self._tag()}: no rule for HTTP {response.status}"
-        return Classification(codes.envelope(Code.UNKNOWN_ERROR, message), evidence)
+        envelope = codes.envelope(Code.UNKNOWN_ERROR, message, cause=Untrusted.NO_RULE.value)
+        return Classification(envelope, evidence)
 
     def _envelope(
         self, rule: Rule, response: RawResponse, body: Any, codes: CodeRegistry
@@ -193,13 +202,14 @@ class ResponseAdapter:
                 return parsed
         return None if default_ms is None else min(default_ms, self.max_retry_after_ms)
 
-    def _bounded(self, envelope: ErrorEnvelope) -> ErrorEnvelope:
-        # A downstream's own envelope: its delay is clamped like a header, and its operation
-        # block describes the downstream's operation, not ours.
-        delay = envelope.retry_after_ms
-        if delay is not None:
-            delay = min(delay, self.max_retry_after_ms)
-        return envelope.model_copy(update={"retry_after_ms": delay, "operation": None})
+    def _clamped(self, body: dict[str, Any]) -> dict[str, Any]:
+        # A downstream's own envelope: its delay is clamped like a header before it is read
+        # (readers refuse absurd delays; adapters clamp them). Its operation block describes the
+        # downstream's operation, not ours: it is dropped once read.
+        delay = body.get("retry_after_ms")
+        if type(delay) is int and delay > self.max_retry_after_ms:
+            return {**body, "retry_after_ms": self.max_retry_after_ms}
+        return body
 
     def _evidence(self, response: RawResponse) -> dict[str, Any]:
         return {
