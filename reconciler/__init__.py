@@ -34,6 +34,7 @@ from reconciler._contract import (
     UnknownCode,
     Verdict,
 )
+from reconciler._http_preset import HTTP_ADAPTER, HTTP_RULES, http_adapter
 from reconciler._lookup import Found, LookupResult, NotFound, Unknown
 from reconciler._mcp import from_call_tool_result, to_call_tool_result
 from reconciler._problem import (
@@ -80,6 +81,8 @@ __all__ = [
     "DEFAULT_ADAPTER",
     "DEFAULT_RETRY_POLICY",
     "FIELD_LIMIT",
+    "HTTP_ADAPTER",
+    "HTTP_RULES",
     "HTTP_STATUS",
     "MAX_RETRY_AFTER_MS",
     "MESSAGE_LIMIT",
@@ -144,6 +147,7 @@ __all__ = [
     "from_problem",
     "from_webmcp",
     "from_webmcp_text",
+    "http_adapter",
     "operation_info",
     "parse_retry_after",
     "read_envelope",

@@ -50,6 +50,7 @@ class Rule:
     The envelope's `field` is `field`, or the body's value at `field_from` translated by the
     adapter's `fields`. `retry_after_ms` applies when the response states no `Retry-After`.
     `side_effects=NONE` may only narrow UNKNOWN_ERROR, for a rule that proves nothing happened.
+    `cause` is the envelope's typed cause (e.g. `Lost.TIMEOUT` for a gateway timeout).
     """
 
     code: str
@@ -60,6 +61,7 @@ class Rule:
     field_from: str | None = None
     retry_after_ms: int | None = None
     side_effects: SideEffects | None = None
+    cause: str | None = None
     message: str | None = None
     name: str | None = None
 
@@ -179,6 +181,7 @@ class ResponseAdapter:
             field=rule.field or self._field(body, rule.field_from),
             retry_after_ms=self._retry_after(response, rule.retry_after_ms),
             side_effects=rule.side_effects,
+            cause=rule.cause,
         )
 
     def _field(self, body: Any, path: str | None) -> str | None:

@@ -2,8 +2,8 @@
 
 Each write sends its operation's client reference as `Idempotency-Key`, so the lookups can ask the
 service whether an unknown outcome happened. Failures are raised as they came
-(`raise_for_status`) and classified by `ADAPTER`; timeouts and lost connections by the built-in
-exception rules (sent, then lost: OUTCOME_UNKNOWN).
+(`raise_for_status`) and classified by `ADAPTER`, the HTTP preset; timeouts and lost connections
+by the built-in exception rules (sent, then lost: OUTCOME_UNKNOWN).
 """
 
 from __future__ import annotations
@@ -14,18 +14,11 @@ import httpx
 from pydantic import BaseModel
 
 from idempotency import Found, NotFound, Unknown, current_operation
-from reconciler import Code, LookupResult, ResponseAdapter, Rule
+from reconciler import LookupResult, http_adapter
 
-ADAPTER = ResponseAdapter(
-    name="order-service",
-    version="1",
-    rules=(
-        # 422 {"code": ..., "field": ...}: refused before writing anything.
-        Rule(Code.INPUT_INVALID, status=422, field_from="field"),
-        # 503 with Retry-After: the service turned the request away before writing.
-        Rule(Code.TEMP_UNAVAILABLE, status=503),
-    ),
-)
+ADAPTER = http_adapter("order-service", "2")
+"""The HTTP preset: 422 {"code": ..., "field": ...} is INPUT_INVALID naming the field, 503 with
+Retry-After is TEMP_UNAVAILABLE, 401/403 their codes; anything it cannot vouch for fails closed."""
 
 
 class Order(BaseModel):
