@@ -62,9 +62,9 @@ from reconciler import (
     RetrySignal,
     SideEffects,
     Untrusted,
-    admit,
+    answer_failure,
     decide_continuation,
-    exception_evidence,
+    failure_of,
     operation_info,
 )
 
@@ -405,6 +405,9 @@ class Guard:
                     await asyncio.shield(self._record(call, operation, owner, outcome))
                     raise
                 raise await self._failed(call, operation, owner, classification) from error
+            stated = answer_failure(call.tool.adapter, value, self.codes)
+            if stated is not None:  # a successful answer that says it failed
+                raise await self._failed(call, operation, owner, stated)
             call.tool.retry_budget.record_success()
             encoded = call.tool.codec.encode(value)
             recorded = await self._record(
@@ -547,16 +550,7 @@ class Guard:
             )
             envelope = self.codes.envelope(Code.OUTCOME_UNKNOWN, message, cause=Lost.TIMEOUT)
             return Classification(envelope, {"timeout_seconds": call.tool.timeout})
-        adapter = call.tool.adapter
-        try:
-            classified = adapter.classify(error, self.codes)
-        except Exception as broken:  # an adapter must never turn a failure into a crash
-            logger.exception("adapter %s failed to classify an error", adapter.name)
-            envelope = self.codes.envelope(
-                Code.UNKNOWN_ERROR, "the adapter failed to classify", cause=Untrusted.ADAPTER_FAILED
-            )
-            return Classification(envelope, exception_evidence(broken))
-        return admit(classified, self.codes, source=f"{adapter.name}/{adapter.version}")
+        return failure_of(call.tool.adapter, error, self.codes)
 
     def _replay_cached(self, call: GuardedCall, cached: CachedOutcome) -> _Answer:
         if cached.fingerprint != call.fingerprint:

@@ -5,7 +5,13 @@ Imports `ledger` only. Its `cli` and `service` entry packages may also import `i
 """
 
 from reconciler._absence import Absence, after_absence
-from reconciler._adapters import DEFAULT_ADAPTER, Adapter
+from reconciler._adapters import (
+    DEFAULT_ADAPTER,
+    Adapter,
+    AnswerAdapter,
+    answer_failure,
+    failure_of,
+)
 from reconciler._admission import admit, disagreement
 from reconciler._causes import Lost, Untrusted
 from reconciler._check import (
@@ -92,6 +98,7 @@ __all__ = [
     "WEBMCP_CODES",
     "Absence",
     "Adapter",
+    "AnswerAdapter",
     "AttemptView",
     "Check",
     "Classification",
@@ -137,12 +144,14 @@ __all__ = [
     "WebMcpCode",
     "admit",
     "after_absence",
+    "answer_failure",
     "attempts_left",
     "classify_exception",
     "decide_continuation",
     "disagreement",
     "envelope_json_schema",
     "exception_evidence",
+    "failure_of",
     "from_call_tool_result",
     "from_problem",
     "from_webmcp",

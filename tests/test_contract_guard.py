@@ -292,3 +292,71 @@ async def test_in_progress_names_the_operation_of_a_derived_key(make_ws: MakeWri
     assert envelope.operation.key == invocation.key
     assert envelope.operation.key.startswith("call:")
     assert envelope.operation.status == "in_flight"
+
+
+ANSWERS = ResponseAdapter(
+    name="shop-answers",
+    version="1",
+    answer_rules=(
+        Rule(Code.DEPENDENCY_BUSY, body={"ok": False, "reason": "LOCKED"}, retry_after_ms=100),
+        Rule(Code.INPUT_INVALID, body={"ok": False, "reason": "BAD_SKU"}, field_from="field"),
+    ),
+)
+
+
+async def test_a_success_shaped_failure_is_that_failure(make_ws: MakeWriteSafe) -> None:
+    ws = make_ws(clock=ManualClock(START))
+
+    @ws.tool("order", adapter=ANSWERS)
+    async def order(sku: str) -> dict[str, Any]:
+        return {"ok": False, "reason": "BAD_SKU", "field": "sku"}  # a 200 that says it failed
+
+    with pytest.raises(WriteSafeError) as raised:
+        await order("A1", idempotency_key="k-200")
+    assert (raised.value.envelope.code, raised.value.envelope.field) == ("INPUT_INVALID", "sku")
+    status = await ws.status("k-200")
+    assert status is not None
+    assert status.status == "failed"
+    assert status.result is None
+    [run] = executions(status)
+    assert run.evidence is not None
+    assert run.evidence["status"] == 200
+
+
+async def test_a_success_shaped_busy_answer_is_retried(make_ws: MakeWriteSafe) -> None:
+    ws = make_ws(clock=ManualClock(START))
+    answers = [{"ok": False, "reason": "LOCKED"}, {"ok": True, "order": "o-1"}]
+
+    @ws.tool("order", adapter=ANSWERS)
+    async def order(sku: str) -> dict[str, Any]:
+        return answers.pop(0)
+
+    assert await order("A1", idempotency_key="k-locked") == {"ok": True, "order": "o-1"}
+    status = await ws.status("k-locked")
+    assert status is not None
+    assert [run.code for run in executions(status)] == ["DEPENDENCY_BUSY", None]
+
+
+async def test_a_delay_stated_in_the_body_is_honoured(make_ws: MakeWriteSafe) -> None:
+    clock = ManualClock(START)
+    ws = make_ws(clock=clock)
+    adapter = ResponseAdapter(
+        name="json-delay",
+        version="1",
+        rules=(Rule(Code.RATE_LIMITED, status=429, retry_after_ms_from="retry_after_ms"),),
+    )
+    answers = [DownstreamError(429, json={"retry_after_ms": 2_500})]
+
+    @ws.tool("order", adapter=adapter)
+    async def order(sku: str) -> dict[str, str]:
+        if answers:
+            raise answers.pop(0)
+        return {"sku": sku}
+
+    assert await order("A1", idempotency_key="k-delay") == {"sku": "A1"}
+    status = await ws.status("k-delay")
+    assert status is not None
+    runs = executions(status)
+    assert runs[0].error is not None
+    assert runs[0].error.retry_after_ms == 2_500
+    assert [(run.started_at - START).total_seconds() for run in runs] == [0, 2.5]
