@@ -40,6 +40,7 @@ from idempotency._metrics import (
     RETRIES_THROTTLED,
     answered,
 )
+from idempotency._reads import run_read
 from idempotency._spec import GuardedCall
 from ledger import (
     Claim,
@@ -64,6 +65,7 @@ from reconciler import (
     Untrusted,
     answer_failure,
     decide_continuation,
+    exhausted,
     failure_of,
     operation_info,
 )
@@ -157,6 +159,10 @@ class Guard:
         started = time.perf_counter()
         answer = "error"
         try:
+            if call.tool.read_only:
+                value = await run_read(call, self.codes, self.ledger.clock)
+                answer = "executed"
+                return value, False
             result = await self._call(call)
             answer = result.kind
             return result.value, result.kind != "executed"
@@ -453,16 +459,11 @@ class Guard:
         self, operation: OperationRecord, last: Outcome, envelope: ErrorEnvelope
     ) -> Outcome:
         """The operation ends RETRY_EXHAUSTED; its last attempt keeps the answer it really got."""
-        exhausted = self.codes.envelope(
-            Code.RETRY_EXHAUSTED,
-            f"gave up after {operation.executions} executions; the last answer was "
-            f"{envelope.code}: {envelope.message}",
-            cause=envelope.code,
-        )
+        gave_up = exhausted(envelope, operation.executions, self.codes)
         return Outcome(
             status=Status.FAILED,
-            error=dumps_json(exhausted.to_json_dict()),
-            code=exhausted.code,
+            error=dumps_json(gave_up.to_json_dict()),
+            code=gave_up.code,
             evidence=last.evidence,
             attempt_error=last.error,
             attempt_code=last.code,

@@ -58,7 +58,14 @@ from reconciler._resolve import (
     resolve_operation,
 )
 from reconciler._response import DownstreamError, RawResponse, response_of
-from reconciler._retry import DEFAULT_RETRY_POLICY, RetryBudget, RetryPolicy, RetrySignal, wait_max
+from reconciler._retry import (
+    DEFAULT_RETRY_POLICY,
+    RetryBudget,
+    RetryPolicy,
+    RetrySignal,
+    exhausted,
+    wait_max,
+)
 from reconciler._retry_after import MAX_RETRY_AFTER_MS, parse_retry_after
 from reconciler._rules import NOT_JSON, ResponseAdapter, Rule
 from reconciler._schema import envelope_json_schema
@@ -151,6 +158,7 @@ __all__ = [
     "disagreement",
     "envelope_json_schema",
     "exception_evidence",
+    "exhausted",
     "failure_of",
     "from_call_tool_result",
     "from_problem",

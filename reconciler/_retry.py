@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from tenacity import RetryCallState, wait_exception, wait_random_exponential
 from tenacity.wait import wait_base
 
-from reconciler._contract import ErrorEnvelope
+from reconciler._contract import Code, CodeRegistry, ErrorEnvelope
 
 
 class RetrySignal(Exception):
@@ -93,6 +93,15 @@ class RetryBudget:
         with self._lock:
             self.tokens = max(0.0, self.tokens - 1)
             return self.tokens > self.max_tokens / 2
+
+
+def exhausted(last: ErrorEnvelope, executions: int, codes: CodeRegistry) -> ErrorEnvelope:
+    """RETRY_EXHAUSTED after `executions`, whose last answer was `last` (named as its cause)."""
+    return codes.envelope(
+        Code.RETRY_EXHAUSTED,
+        f"gave up after {executions} executions; the last answer was {last.code}: {last.message}",
+        cause=last.code,
+    )
 
 
 DEFAULT_RETRY_POLICY = RetryPolicy()
