@@ -1,4 +1,5 @@
-"""`writesafe contract check` (the release check of backend/adapter pairs) and `contract schema`.
+"""`writesafe contract check` (the release check of backend/adapter pairs), `contract schema` and
+`contract vectors`.
 
     writesafe contract check CASES RUNNER [--pair BACKEND,ADAPTER]... [--json]
 
@@ -23,6 +24,7 @@ import yaml
 
 from reconciler._evaluator import CaseFile, Observed, PairRun, ScenarioRunner, evaluate
 from reconciler._schema import envelope_json_schema
+from reconciler._vectors import vectors as conformance_vectors
 from reconciler.cli._contract_report import report_json, report_lines
 from reconciler.cli._exit import ExitCode
 from reconciler.cli._loading import fail, import_object
@@ -89,6 +91,12 @@ def check(
 def schema() -> None:
     """Print the envelope's JSON Schema (docs/schema/writesafe.error.1.json)."""
     typer.echo(json.dumps(envelope_json_schema(), indent=2))
+
+
+@contract_app.command("vectors")
+def vectors() -> None:
+    """Print the conformance vectors (docs/schema/writesafe.error.1.vectors.json)."""
+    typer.echo(json.dumps(conformance_vectors(), indent=2, ensure_ascii=False))
 
 
 def _runner(path: str) -> ScenarioRunner:
