@@ -9,6 +9,8 @@ honouring the stated delay, within the tool's `max_executions` and its dependenc
 from __future__ import annotations
 
 import asyncio
+import math
+import time
 from typing import Any
 
 from tenacity import AsyncRetrying, retry_if_exception_type, stop_after_attempt
@@ -16,6 +18,7 @@ from tenacity import AsyncRetrying, retry_if_exception_type, stop_after_attempt
 from idempotency._attempts import attempt
 from idempotency._context import OperationContext, reset_current, set_current
 from idempotency._errors import WriteSafeError
+from idempotency._fence import Fence
 from idempotency._spec import GuardedCall
 from ledger import Clock
 from reconciler import (
@@ -70,7 +73,9 @@ class _Value:
 async def _read_once(
     call: GuardedCall, codes: CodeRegistry, execution: int
 ) -> _Value | Classification:
-    token = set_current(OperationContext(call.key, call.scope, call.tool.name, execution))
+    # A read holds no lease, so its fence never closes: nothing it sends can be stale.
+    fence = Fence(call.key, execution, time.monotonic(), math.inf)
+    token = set_current(OperationContext(call.key, call.scope, call.tool.name, execution, fence))
     try:
         deadline = asyncio.timeout(call.tool.timeout)
         try:
