@@ -53,6 +53,7 @@ from ledger import (
     dumps_json,
 )
 from reconciler import (
+    LEDGER,
     Classification,
     Code,
     CodeRegistry,
@@ -69,6 +70,7 @@ from reconciler import (
     exhausted,
     failure_of,
     operation_info,
+    replay_timed,
 )
 
 logger = logging.getLogger("writesafe")
@@ -479,6 +481,8 @@ class Guard:
         if recorded is None:
             return self._unrecorded(call, operation)
         info = operation_info(recorded).model_copy(update={"throttled": throttled})
+        settle = call.tool.settle_after if call.tool.lookup is not None else None
+        envelope = replay_timed(envelope, settle)
         return WriteSafeError(envelope.with_operation(info))
 
     def _exhausted(
@@ -649,6 +653,7 @@ class Guard:
                 "the ledger is unavailable; the write was not started",
                 retry_after_ms=1_000,
                 side_effects=SideEffects.NONE,
+                cause=LEDGER,
                 operation=operation,
             )
         )
@@ -667,6 +672,7 @@ class Guard:
                 Code.OUTCOME_UNKNOWN,
                 "the ledger is unavailable; an earlier execution may have been applied",
                 retry_after_ms=1_000,
+                cause=LEDGER,
                 operation=operation_info(operation),
             )
         )
@@ -676,6 +682,7 @@ class Guard:
             self.codes.envelope(
                 Code.OUTCOME_UNKNOWN,
                 "the write ran but its outcome could not be recorded; reconcile before retrying",
+                cause=LEDGER,
                 operation=operation_info(operation),
             )
         )

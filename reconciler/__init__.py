@@ -13,7 +13,7 @@ from reconciler._adapters import (
     failure_of,
 )
 from reconciler._admission import admit, disagreement
-from reconciler._causes import Lost, Untrusted
+from reconciler._causes import LEDGER, Lost, Untrusted
 from reconciler._check import (
     Check,
     Lookup,
@@ -64,6 +64,7 @@ from reconciler._retry import (
     RetryPolicy,
     RetrySignal,
     exhausted,
+    replay_timed,
     wait_max,
 )
 from reconciler._retry_after import MAX_RETRY_AFTER_MS, parse_retry_after
@@ -97,6 +98,7 @@ __all__ = [
     "HTTP_ADAPTER",
     "HTTP_RULES",
     "HTTP_STATUS",
+    "LEDGER",
     "MAX_RETRY_AFTER_MS",
     "MESSAGE_LIMIT",
     "NOT_JSON",
@@ -168,6 +170,7 @@ __all__ = [
     "operation_info",
     "parse_retry_after",
     "read_envelope",
+    "replay_timed",
     "resolve_operation",
     "response_of",
     "run_lookup",

@@ -3,7 +3,8 @@ without reading the message.
 
 UNKNOWN_ERROR says why nothing more specific could be trusted (`Untrusted`); OUTCOME_UNKNOWN says
 how the answer was lost (`Lost`, the distinction the WebMCP codes draw); RETRY_EXHAUSTED names
-the code whose retries used up the budget.
+the code whose retries used up the budget; `ledger` names writesafe's own store as the
+dependency at fault.
 """
 
 from __future__ import annotations
@@ -35,12 +36,18 @@ class Untrusted(StrEnum):
     NOT_WEBMCP = "not_webmcp"
     # Nothing that produces envelopes recognised the failure.
     NO_RULE = "no_rule"
+    REFUSED_REQUEST = "refused_request"  # a client error that names nothing to correct
     ADAPTER_FAILED = "adapter_failed"
     UNCLASSIFIED_EXCEPTION = "unclassified_exception"
     NO_STORED_FAILURE = "no_stored_failure"
     # A bare WebMCP code said no more than this.
     TOOL_UNAVAILABLE = "tool_unavailable"
     BARE_FAILURE = "bare_failure"
+
+
+LEDGER = "ledger"
+"""The cause of a failure of writesafe's own ledger (not of the tool's dependency): retry later,
+or, where an execution may have run, reconcile."""
 
 
 class Lost(StrEnum):

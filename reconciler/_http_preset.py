@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from reconciler._causes import Lost
+from reconciler._causes import Lost, Untrusted
 from reconciler._contract import Code, SideEffects
 from reconciler._response import RawResponse
 from reconciler._rules import ResponseAdapter, Rule
@@ -50,6 +50,7 @@ HTTP_RULES: tuple[Rule, ...] = (
         Code.UNKNOWN_ERROR,
         status=REFUSED_REQUESTS,
         side_effects=SideEffects.NONE,
+        cause=Untrusted.REFUSED_REQUEST.value,
         name="request refused",
     ),
 )

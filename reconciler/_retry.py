@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from tenacity import RetryCallState, wait_exception, wait_random_exponential
 from tenacity.wait import wait_base
 
-from reconciler._contract import Code, CodeRegistry, ErrorEnvelope
+from reconciler._contract import Code, CodeRegistry, ErrorEnvelope, NextAction
 
 
 class RetrySignal(Exception):
@@ -93,6 +93,19 @@ class RetryBudget:
         with self._lock:
             self.tokens = max(0.0, self.tokens - 1)
             return self.tokens > self.max_tokens / 2
+
+
+def replay_timed(envelope: ErrorEnvelope, settle_seconds: float | None) -> ErrorEnvelope:
+    """`envelope`, with the settle window as its delay where it asks for reconciliation and
+    states none: a lookup cannot prove absence sooner, so coming back earlier gains nothing.
+    `settle_seconds` is None for a tool without a lookup: no wait would change its answer."""
+    if (
+        settle_seconds is None
+        or envelope.next_action is not NextAction.RECONCILE
+        or envelope.retry_after_ms is not None
+    ):
+        return envelope
+    return envelope.model_copy(update={"retry_after_ms": math.ceil(settle_seconds * 1000)})
 
 
 def exhausted(last: ErrorEnvelope, executions: int, codes: CodeRegistry) -> ErrorEnvelope:

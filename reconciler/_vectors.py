@@ -92,6 +92,7 @@ FAIL_CLOSED: list[tuple[str, str, Any, Untrusted]] = [
 
 NOT_FROM_READERS: dict[str, str] = {
     _U.NO_RULE: "an adapter recognised no rule for a response (see `http_preset`: 409)",
+    _U.REFUSED_REQUEST: "the HTTP preset's refused client errors (see `http_preset`: 404)",
     _U.ADAPTER_FAILED: "an adapter or one of its predicates raised",
     _U.UNCLASSIFIED_EXCEPTION: "a tool raised an exception no classification knows",
     _U.NO_STORED_FAILURE: "a failed operation's stored envelope is missing (a damaged ledger)",

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from idempotency import ToolError, WriteSafeError
+from idempotency import ToolError, WriteSafe, WriteSafeError
 from ledger import AttemptKind, ManualClock
 from reconciler import (
     CODES,
@@ -360,3 +360,41 @@ async def test_a_delay_stated_in_the_body_is_honoured(make_ws: MakeWriteSafe) ->
     assert runs[0].error is not None
     assert runs[0].error.retry_after_ms == 2_500
     assert [(run.started_at - START).total_seconds() for run in runs] == [0, 2.5]
+
+
+async def test_an_unknown_outcome_says_when_a_lookup_can_settle_it(make_ws: MakeWriteSafe) -> None:
+    ws = make_ws(clock=ManualClock(START))
+
+    async def find(op: Any) -> Any:
+        raise AssertionError("not asked within this test")
+
+    @ws.tool("order", lookup=find, settle_after=4.0)
+    async def order(sku: str) -> dict[str, str]:
+        raise ConnectionResetError  # sent, then lost
+
+    with pytest.raises(WriteSafeError) as raised:
+        await order("A1", idempotency_key="k-lost")
+    envelope = raised.value.envelope
+    assert (envelope.code, envelope.cause, envelope.retry_after_ms) == (
+        "OUTCOME_UNKNOWN",
+        "interrupted",
+        4_000,
+    )
+
+
+async def test_an_unreachable_ledger_is_named_as_the_dependency_at_fault(tmp_path: Any) -> None:
+    ws = WriteSafe(database_url="postgresql+asyncpg://postgres@127.0.0.1:1/none")
+
+    @ws.tool("order")
+    async def order(sku: str) -> dict[str, str]:
+        raise AssertionError("never runs")
+
+    with pytest.raises(WriteSafeError) as raised:
+        await order("A1", idempotency_key="k-ledger")
+    envelope = raised.value.envelope
+    assert (envelope.code, envelope.cause, envelope.side_effects) == (
+        "TEMP_UNAVAILABLE",
+        "ledger",
+        SideEffects.NONE,
+    )
+    await ws.close()
