@@ -589,7 +589,7 @@ class Guard:
                 "this execution's lease ran out while the write ran (a stall, or renewals that "
                 "failed); it may have been applied"
             )
-            envelope = self.codes.envelope(Code.OUTCOME_UNKNOWN, message)
+            envelope = self.codes.envelope(Code.OUTCOME_UNKNOWN, message, cause=Lost.INTERRUPTED)
             return Classification(envelope, {"fence": "closed after the write started"})
         if timed_out:
             message = (
