@@ -126,7 +126,7 @@ def vectors() -> dict[str, Any]:
             }
             for code, verdict in CODES.verdicts().items()
         },
-        "renderings": [_renderings(envelope) for envelope in _emitted()],
+        "renderings": [_renderings(envelope) for envelope in emitted()],
         "fail_closed": [
             {"rendering": rendering, "case": case, "input": data, "cause": cause.value}
             for rendering, case, data, cause in FAIL_CLOSED
@@ -139,7 +139,9 @@ def vectors() -> dict[str, Any]:
     }
 
 
-def _emitted() -> list[ErrorEnvelope]:
+def emitted() -> list[ErrorEnvelope]:
+    """Every built-in code, with and without the optional members (a field where its verdict
+    names one, and only there), and each cause the renderings tell apart."""
     made = []
     for code in Code:
         field = "postcode" if CODES.verdict(code).names_field else None

@@ -21,7 +21,6 @@ from reconciler import (
     ErrorEnvelope,
     Lost,
     NextAction,
-    OperationInfo,
     SideEffects,
     Untrusted,
     Verdict,
@@ -35,26 +34,9 @@ from reconciler import (
     to_webmcp,
     to_webmcp_text,
 )
+from reconciler._vectors import emitted
 
-OPERATION = OperationInfo(key="ord-7", status="failed", attempt=1, attempts_left=2)
-
-
-def envelopes() -> list[ErrorEnvelope]:
-    """Every built-in code, with and without the optional fields (a field where its verdict
-    names one, and only there)."""
-    made = []
-    for code in Code:
-        field = "postcode" if CODES.verdict(code).names_field else None
-        made.append(CODES.envelope(code, f"{code} happened", field=field))
-        made.append(
-            CODES.envelope(
-                code, "with everything", field=field, retry_after_ms=1500, operation=OPERATION
-            )
-        )
-    return made
-
-
-ALL = envelopes()
+ALL = [e for e in emitted() if e.cause is None]  # OUTCOME_UNKNOWN's causes: tested below
 
 
 def test_every_builtin_code_has_one_row_in_each_table() -> None:
