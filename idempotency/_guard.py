@@ -46,6 +46,7 @@ from idempotency._spec import GuardedCall
 from ledger import (
     Claim,
     Intent,
+    LeaseHeld,
     Ledger,
     OperationRecord,
     Outcome,
@@ -63,10 +64,12 @@ from reconciler import (
     Lost,
     OperationInfo,
     RetrySignal,
+    RowAction,
     SideEffects,
     Untrusted,
     answer_failure,
     decide_continuation,
+    decide_row,
     exhausted,
     failure_of,
     operation_info,
@@ -307,25 +310,23 @@ class Guard:
         """Decide what the row we found means for this call; `leased_at`: when (monotonic) the
         claim that may have leased it to us was sent."""
         operation = claim.operation
-        if claim.created or operation.lease_owner == owner:
+        action = decide_row(
+            operation, created=claim.created, owner=owner, fingerprint=call.fingerprint
+        )
+        if action is RowAction.EXECUTE:
             return await self._execute(call, operation, owner, leased_at)
-        same_payload = operation.fingerprint == call.fingerprint
-        if operation.status is Status.SUCCEEDED:
-            if not same_payload:
-                raise self._key_reused(call, operation.tool, operation_info(operation))
+        if action is RowAction.REPLAY:
             assert operation.result is not None
             return _Answer(call.tool.codec.decode(operation.result), "replayed", operation)
-        if operation.status is Status.FAILED:
+        if action is RowAction.CONTINUE:
             return await self._continue_failed(call, operation, owner)
-        if not same_payload:
+        if action is RowAction.KEY_REUSED:
             raise self._key_reused(call, operation.tool, operation_info(operation))
-        if operation.status is Status.IN_FLIGHT:
-            now = self.ledger.clock.now()
-            if not operation.lease_expired(now):
-                assert operation.lease_expires_at is not None
-                left = (operation.lease_expires_at - now).total_seconds() * 1000
-                return _Busy(_clamp_retry_after(left))
+        if action is RowAction.JUDGE_LEASE:
+            # The ledger judges the lease on its own clock: this process's may be off.
             expired = await self.ledger.expire(operation)
+            if isinstance(expired, LeaseHeld):
+                return _Busy(_clamp_retry_after(expired.seconds_left * 1000))
             if expired is None:
                 return _Busy(0)
             operation = expired
@@ -342,6 +343,10 @@ class Guard:
         self, call: GuardedCall, operation: OperationRecord, owner: str
     ) -> _Answer | _Busy:
         stored = _stored_envelope(operation)
+        # A continuation waits out a stated delay on the ledger's clock, which stamped the
+        # failure; with no delay stated, the failure's own time is as late as any (no round trip).
+        delayed = stored is not None and bool(stored.retry_after_ms)
+        now = await self.ledger.now() if delayed else operation.updated_at
         decision = decide_continuation(
             FailedOperation(
                 code=operation.last_code,
@@ -354,7 +359,7 @@ class Guard:
             ),
             fingerprint=call.fingerprint,
             auth_hash=call.auth_hash,
-            now=self.ledger.clock.now(),
+            now=now,
             codes=self.codes,
         )
         if decision is Continuation.KEY_REUSED:

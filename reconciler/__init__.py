@@ -40,6 +40,15 @@ from reconciler._contract import (
     UnknownCode,
     Verdict,
 )
+from reconciler._decisions import (
+    Established,
+    LookupVerdict,
+    ProvenAbsent,
+    RowAction,
+    StillUnknown,
+    decide_row,
+    judge_lookup,
+)
 from reconciler._http_preset import HTTP_ADAPTER, HTTP_RULES, http_adapter
 from reconciler._lookup import Found, LookupResult, NotFound, Unknown
 from reconciler._mcp import from_call_tool_result, to_call_tool_result
@@ -117,6 +126,7 @@ __all__ = [
     "Disposition",
     "DownstreamError",
     "ErrorEnvelope",
+    "Established",
     "FailedOperation",
     "Found",
     "Lookup",
@@ -124,6 +134,7 @@ __all__ = [
     "LookupOutcome",
     "LookupResult",
     "LookupSpec",
+    "LookupVerdict",
     "Lost",
     "NextAction",
     "NotFound",
@@ -132,6 +143,7 @@ __all__ = [
     "OperationStatus",
     "OperationSummary",
     "Problem",
+    "ProvenAbsent",
     "RawResponse",
     "ReconcilePolicy",
     "ReconcileReport",
@@ -143,8 +155,10 @@ __all__ = [
     "RetryBudget",
     "RetryPolicy",
     "RetrySignal",
+    "RowAction",
     "Rule",
     "SideEffects",
+    "StillUnknown",
     "ToolError",
     "Unknown",
     "UnknownCode",
@@ -157,6 +171,7 @@ __all__ = [
     "attempts_left",
     "classify_exception",
     "decide_continuation",
+    "decide_row",
     "disagreement",
     "envelope_json_schema",
     "exception_evidence",
@@ -167,6 +182,7 @@ __all__ = [
     "from_webmcp",
     "from_webmcp_text",
     "http_adapter",
+    "judge_lookup",
     "operation_info",
     "parse_retry_after",
     "read_envelope",
