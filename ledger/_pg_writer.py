@@ -25,6 +25,7 @@ from sqlalchemy import (
     bindparam,
     case,
     exists,
+    func,
     insert,
     select,
     update,
@@ -181,7 +182,13 @@ def _change(
         parts.append(_close_execution(changed))
     if opens:
         parts.append(_open_execution(changed))
-    return select(changed.c.id).add_cte(*parts)
+        return select(changed.c.id).add_cte(*parts)
+    # Only a change that opens an execution is an intent; an outcome commits without waiting for
+    # its WAL flush (`synchronous_commit` off for this transaction alone). A server crash may
+    # take it back: the operation is then `in_flight` again, its lease runs out and it is
+    # reconciled like any crashed execution, never executed twice (docs/performance.md).
+    lazy = func.set_config("synchronous_commit", "off", True)
+    return select(changed.c.id, lazy).add_cte(*parts)
 
 
 # What a new execution attempt is made of: the statements return these from the row they write.
