@@ -5,6 +5,12 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import json
+import os
+import select as io_select
+import signal
+import subprocess
+import sys
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -17,7 +23,10 @@ from idempotency import WriteSafe
 from ledger import Intent, Outcome, Status, prune
 from ledger._writer import attempts, operations
 from reconciler.cli import app
-from tests.conftest import MakeWriteSafe
+from tests.conftest import MakeWriteSafe, run_sync
+
+ROOT = Path(__file__).resolve().parent.parent
+WRITESAFE = Path(sys.executable).with_name("writesafe")
 
 on_both_ledgers = pytest.mark.parametrize("backend", ["sqlite", "postgres"])
 
@@ -191,3 +200,48 @@ async def test_the_cli_refuses_an_unmigrated_ledger_in_one_line(tmp_path: Path) 
     assert result.exit_code == 1
     assert "writesafe db upgrade" in result.output
     assert "Traceback" not in result.output
+
+
+@pytest.mark.slow
+def test_the_watching_reconciler_prunes_on_its_schedule(tmp_path: Path) -> None:
+    url = f"sqlite+aiosqlite:///{tmp_path / 'ledger.db'}"
+
+    async def prepare() -> None:
+        async with WriteSafe(url) as ws:
+            await ws.start()
+            await _operation(ws, "old", Status.SUCCEEDED)
+            await _operation(ws, "new", Status.SUCCEEDED)
+            await _age(ws, ["old"], timedelta(seconds=120))
+
+    async def left() -> set[str]:
+        async with WriteSafe(url) as ws:
+            return await _keys(ws)
+
+    run_sync(prepare())
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("WRITESAFE_", "SHOP_"))}
+    env |= {
+        "PYTHONPATH": str(ROOT),
+        "WRITESAFE_DATABASE_URL": url,
+        "WRITESAFE_RETENTION": "60",
+        "SHOP_DATABASE_URL": f"sqlite+aiosqlite:///{tmp_path / 'shop.db'}",
+    }
+    command = [str(WRITESAFE), "reconcile", "tests.apps.shop_app:ws", "--watch", "--json"]
+    worker = subprocess.Popen(
+        [*command, "--interval", "0.1", "--prune-every", "0.2"],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert worker.stdout is not None
+        ready, _, _ = io_select.select([worker.stdout], [], [], 60)
+        assert ready, "the worker printed nothing"
+        report = json.loads(worker.stdout.readline())
+    finally:
+        worker.send_signal(signal.SIGTERM)
+        _, stderr = worker.communicate(timeout=60)
+    assert worker.returncode == 0, stderr
+    assert (report["pruned_operations"], report["pruned_attempts"]) == (1, 1)
+    assert run_sync(left()) == {"new"}
