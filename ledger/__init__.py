@@ -4,14 +4,14 @@ The ledger is the source of truth of writesafe. It imports neither `idempotency`
 """
 
 from ledger._api_keys import ApiKeyRecord, ApiKeys, Role
-from ledger._clock import Clock, ManualClock, SystemClock
+from ledger._clock import Clock, ManualClock, StoreTime, SystemClock
 from ledger._engine import DEFAULT_DATABASE_URL, UnsupportedDatabase, create_engine
 from ledger._json import canonical_json, dumps_json, loads_json
 from ledger._ledger import (
     LEASE_EXPIRED,
-    Claim,
     DueBatch,
     Intent,
+    LeaseHeld,
     Ledger,
     Outcome,
     Settlement,
@@ -26,6 +26,7 @@ from ledger._states import (
     Status,
     check_transition,
 )
+from ledger._writer import Claim
 
 __all__ = [
     "DEFAULT_BATCH_SIZE",
@@ -45,6 +46,7 @@ __all__ = [
     "DueBatch",
     "IllegalTransition",
     "Intent",
+    "LeaseHeld",
     "Ledger",
     "LedgerNotMigrated",
     "ManualClock",
@@ -55,6 +57,7 @@ __all__ = [
     "Role",
     "Settlement",
     "Status",
+    "StoreTime",
     "SystemClock",
     "UnsupportedDatabase",
     "canonical_json",

@@ -22,7 +22,7 @@ import time
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from sqlalchemy import delete, func, select
+from sqlalchemy import delete, select
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from ledger._ledger import Ledger
@@ -73,7 +73,8 @@ async def prune(
     if batch_size < 1:
         raise ValueError("batch_size must be at least 1")
     started = time.perf_counter()
-    cutoff = await _cutoff(ledger, retention)
+    # The clock that stamps the rows: PostgreSQL's own, the process's on SQLite.
+    cutoff = await ledger.now() - retention
     removed_operations = removed_attempts = batches = 0
     after = 0
     while stop is None or not stop.is_set():
@@ -98,16 +99,6 @@ async def prune(
         seconds=time.perf_counter() - started,
         cutoff=cutoff,
     )
-
-
-async def _cutoff(ledger: Ledger, retention: timedelta) -> datetime:
-    """Now minus `retention`, by the clock that stamps the rows: PostgreSQL's own on PostgreSQL
-    (many machines share it), the ledger's on the embedded default (one machine)."""
-    if ledger.is_sqlite:
-        return ledger.clock.now() - retention
-    async with ledger.engine.connect() as conn:
-        now: datetime = (await conn.execute(select(func.now()))).scalar_one()
-    return now - retention
 
 
 async def _window(conn: AsyncConnection, after: int, size: int) -> list[tuple[int, datetime]]:
