@@ -5,6 +5,8 @@ from __future__ import annotations
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from idempotency._keystore import DEFAULT_MAX_CACHED_BYTES
+from idempotency._results import DEFAULT_MAX_RESULT_BYTES
 from ledger import DEFAULT_DATABASE_URL
 
 
@@ -26,6 +28,16 @@ class WriteSafeSettings(BaseSettings):
         default=86_400.0,
         gt=0,
         description="seconds a final operation and its attempts are kept (docs/operations.md)",
+    )
+    max_result_bytes: int = Field(
+        default=DEFAULT_MAX_RESULT_BYTES,
+        ge=1,
+        description="largest result JSON the ledger stores; above it, RESULT_NOT_STORED",
+    )
+    redis_max_result_bytes: int = Field(
+        default=DEFAULT_MAX_CACHED_BYTES,
+        ge=0,
+        description="largest result JSON Redis caches; the ledger answers replays of larger ones",
     )
     connect_timeout: float = Field(default=5.0, gt=0)
     pool_size: int = Field(
