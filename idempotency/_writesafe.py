@@ -89,7 +89,8 @@ class WriteSafe:
             RedisKeyStore(
                 self.settings.redis_url,
                 prefix=self.settings.redis_prefix,
-                outcome_ttl=self.settings.outcome_ttl,
+                # The cache never outlives the ledger row it answers for (docs/operations.md).
+                outcome_ttl=min(self.settings.outcome_ttl, self.settings.retention),
                 max_result_bytes=self.settings.redis_max_result_bytes,
             )
             if self.settings.redis_url
