@@ -9,6 +9,9 @@ async def submit_order(order: dict) -> dict: ...
 
 await submit_order({"sku": "A1"}, idempotency_key="ord-7")
 
+A plain `def` becomes a blocking `SyncTool` with the same guarantees; `ws.sync` is the blocking
+face of `status`, `reconcile` and `resolve`.
+
 Integrations: `idempotent_route` guards your FastAPI endpoints by their `Idempotency-Key` header
 (`add_problem_handlers` answers FastAPI's own errors alike); `add_mcp_tool` serves a tool to
 agents on an `MCPServer`.
@@ -23,6 +26,7 @@ from idempotency._context import OperationContext, current_operation
 from idempotency._errors import WriteSafeError
 from idempotency._keys import DEFAULT_SCOPE, MAX_KEY_LENGTH
 from idempotency._settings import WriteSafeSettings
+from idempotency._sync import SyncTool, SyncWriteSafe
 from idempotency._tool import Invocation, Tool
 from idempotency._writesafe import WriteSafe
 from ledger import Status
@@ -69,6 +73,8 @@ __all__ = [
     "ReconcilerBusy",
     "ResolutionRefused",
     "Status",
+    "SyncTool",
+    "SyncWriteSafe",
     "Tool",
     "ToolError",
     "Unknown",
