@@ -13,7 +13,8 @@ A plain `def` becomes a blocking `SyncTool` with the same guarantees; `ws.sync` 
 face of `status`, `reconcile` and `resolve`.
 
 Integrations: `idempotent_route` guards your FastAPI endpoints by their `Idempotency-Key` header
-(`add_problem_handlers` answers FastAPI's own errors alike); `add_mcp_tool` serves a tool to
+(`add_problem_handlers` answers FastAPI's own errors alike), `idempotent_flask_view` and
+`idempotent_django_view` your Flask and Django views alike; `add_mcp_tool` serves a tool to
 agents on an `MCPServer`.
 """
 
@@ -45,16 +46,22 @@ from reconciler import (
 )
 
 if TYPE_CHECKING:
-    from idempotency._fastapi import REPLAYED_HEADER, idempotent_route
+    from idempotency._django import idempotent_django_view
+    from idempotency._fastapi import idempotent_route
+    from idempotency._flask import idempotent_flask_view
+    from idempotency._http import REPLAYED_HEADER
     from idempotency._http_errors import add_problem_handlers
     from idempotency._mcp import add_mcp_tool
 
-# The integrations import FastAPI and the MCP SDK (most of a second together): only on first use.
+# The integrations import their frameworks (FastAPI, the MCP SDK, Flask, Django: the last two
+# optional extras), which take most of a second: only on first use.
 _INTEGRATIONS = {
-    "REPLAYED_HEADER": "idempotency._fastapi",
+    "REPLAYED_HEADER": "idempotency._http",
     "idempotent_route": "idempotency._fastapi",
     "add_problem_handlers": "idempotency._http_errors",
     "add_mcp_tool": "idempotency._mcp",
+    "idempotent_flask_view": "idempotency._flask",  # extra: writesafe[flask]
+    "idempotent_django_view": "idempotency._django",  # extra: writesafe[django]
 }
 
 __all__ = [
@@ -84,6 +91,8 @@ __all__ = [
     "add_mcp_tool",
     "add_problem_handlers",
     "current_operation",
+    "idempotent_django_view",
+    "idempotent_flask_view",
     "idempotent_route",
 ]
 
