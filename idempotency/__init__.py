@@ -14,8 +14,8 @@ face of `status`, `reconcile` and `resolve`.
 
 Integrations: `idempotent_route` guards your FastAPI endpoints by their `Idempotency-Key` header
 (`add_problem_handlers` answers FastAPI's own errors alike), `idempotent_flask_view` and
-`idempotent_django_view` your Flask and Django views alike; `add_mcp_tool` serves a tool to
-agents on an `MCPServer`.
+`idempotent_django_view` your Flask and Django views alike; `idempotent_task` makes a Celery
+task's effect at most once per task id; `add_mcp_tool` serves a tool to agents on an `MCPServer`.
 """
 
 from __future__ import annotations
@@ -46,6 +46,7 @@ from reconciler import (
 )
 
 if TYPE_CHECKING:
+    from idempotency._celery import idempotent_task
     from idempotency._django import idempotent_django_view
     from idempotency._fastapi import idempotent_route
     from idempotency._flask import idempotent_flask_view
@@ -53,7 +54,7 @@ if TYPE_CHECKING:
     from idempotency._http_errors import add_problem_handlers
     from idempotency._mcp import add_mcp_tool
 
-# The integrations import their frameworks (FastAPI, the MCP SDK, Flask, Django: the last two
+# The integrations import their frameworks (FastAPI, the MCP SDK; Flask, Django, Celery are
 # optional extras), which take most of a second: only on first use.
 _INTEGRATIONS = {
     "REPLAYED_HEADER": "idempotency._http",
@@ -62,6 +63,7 @@ _INTEGRATIONS = {
     "add_mcp_tool": "idempotency._mcp",
     "idempotent_flask_view": "idempotency._flask",  # extra: writesafe[flask]
     "idempotent_django_view": "idempotency._django",  # extra: writesafe[django]
+    "idempotent_task": "idempotency._celery",  # extra: writesafe[celery]
 }
 
 __all__ = [
@@ -94,6 +96,7 @@ __all__ = [
     "idempotent_django_view",
     "idempotent_flask_view",
     "idempotent_route",
+    "idempotent_task",
 ]
 
 

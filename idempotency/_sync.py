@@ -196,6 +196,11 @@ class SyncWriteSafe:
         self._thread: LoopThread | None = None
         self._inherited: list[LoopThread] = []  # a parent's, kept so it is never finalized here
 
+    @property
+    def started(self) -> bool:
+        """Whether this process has a loop thread running (its stores open)."""
+        return self._thread is not None and self._thread.pid == os.getpid()
+
     def _loop_thread(self) -> LoopThread:
         with self._lock:
             thread = self._thread

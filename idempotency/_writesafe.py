@@ -265,7 +265,8 @@ class WriteSafe:
 
     async def close(self) -> None:
         """Close the stores, and the sync face's loop thread if one was started."""
-        await asyncio.to_thread(self.sync.close)
+        if self.sync.started:
+            await asyncio.to_thread(self.sync.close)
         async with self._lock():
             await self._follow_running_loop()
         await self._guard.close()
