@@ -27,9 +27,8 @@ import functools
 import os
 import queue
 import threading
-from collections.abc import Awaitable, Callable, Coroutine, Mapping
-from concurrent.futures import Future
-from contextvars import ContextVar
+from collections.abc import Callable, Coroutine, Mapping
+from contextvars import Context, ContextVar
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
@@ -89,13 +88,6 @@ class _Caller:
     def __init__(self) -> None:
         self._inbox: queue.SimpleQueue[_Write | None] = queue.SimpleQueue()
 
-    async def serve(self, make: Callable[[], Awaitable[T]]) -> T:
-        token = _caller.set(self)
-        try:
-            return await make()
-        finally:
-            _caller.reset(token)
-
     async def execute(self, function: Callable[..., Any], args: Any, kwargs: Any) -> Any:
         """On the loop: have the calling thread run the write, and wait for it."""
         loop = asyncio.get_running_loop()
@@ -103,17 +95,32 @@ class _Caller:
         self._inbox.put(_Write(function, args, kwargs, current_operation(), loop, done))
         return await done
 
-    def wait(self, answer: Future[T]) -> T:
-        answer.add_done_callback(lambda _: self._inbox.put(None))
+    def wait(self, loop: asyncio.AbstractEventLoop, coroutine: Coroutine[Any, Any, T]) -> T:
+        """Run `coroutine` as a task on `loop`, blocking until it ends and running handed-back
+        writes.
+
+        One hop to the loop and one back (plus two for a write): a plain task and a queue, since
+        `run_coroutine_threadsafe`'s chained futures cost as much again as the hops themselves.
+        """
+        context = Context()  # the task's own: the caller's context variables stay with the caller
+        context.run(_caller.set, self)
+        started: list[asyncio.Task[T]] = []
+
+        def start() -> None:
+            task = loop.create_task(coroutine, context=context)
+            task.add_done_callback(lambda _: self._inbox.put(None))
+            started.append(task)
+
+        loop.call_soon_threadsafe(start)
         try:
             while (write := self._inbox.get()) is not None:
                 write.run()
         except BaseException:
             # Interrupted (KeyboardInterrupt, SystemExit): the guard's task is cancelled and
-            # records what it knows, as for an async caller that goes away.
-            answer.cancel()
+            # records what it knows, as for an async caller that goes away. `start` ran first.
+            loop.call_soon_threadsafe(lambda: started[0].cancel())
             raise
-        return answer.result()
+        return started[0].result()
 
 
 _caller: ContextVar[_Caller | None] = ContextVar("writesafe_sync_caller", default=None)
@@ -163,12 +170,11 @@ class LoopThread:
         self._thread.start()
         atexit.register(self.close)
 
-    def run(self, make: Callable[[], Awaitable[T]]) -> T:
+    def run(self, make: Callable[[], Coroutine[Any, Any, T]]) -> T:
         """Run `make()` on the loop and block for its answer, running handed-back writes."""
         if threading.current_thread() is self._thread:
             raise RuntimeError("a sync writesafe call cannot be made from its own loop thread")
-        caller = _Caller()
-        return caller.wait(asyncio.run_coroutine_threadsafe(caller.serve(make), self._loop))
+        return _Caller().wait(self._loop, make())
 
     def close(self) -> None:
         """Close the twin's stores and end the thread (a forked child leaves its parent's alone)."""
@@ -211,7 +217,7 @@ class SyncWriteSafe:
                 thread = self._thread = LoopThread(self._owner.twin())
             return thread
 
-    def _run(self, call: Callable[[WriteSafe], Awaitable[T]]) -> T:
+    def _run(self, call: Callable[[WriteSafe], Coroutine[Any, Any, T]]) -> T:
         loop_thread = self._loop_thread()
         return loop_thread.run(lambda: call(loop_thread.twin))
 
