@@ -12,10 +12,12 @@ await submit_order({"sku": "A1"}, idempotency_key="ord-7")
 A plain `def` becomes a blocking `SyncTool` with the same guarantees; `ws.sync` is the blocking
 face of `status`, `reconcile` and `resolve`.
 
-Integrations: `idempotent_route` guards your FastAPI endpoints by their `Idempotency-Key` header
-(`add_problem_handlers` answers FastAPI's own errors alike), `idempotent_flask_view` and
-`idempotent_django_view` your Flask and Django views alike; `idempotent_task` makes a Celery
-task's effect at most once per task id; `add_mcp_tool` serves a tool to agents on an `MCPServer`.
+Integrations: `FencedTransport` (or `fenced_client()`) fences every httpx request a guarded write
+sends and forwards its key and fencing token; `idempotent_route` guards your FastAPI endpoints by
+their `Idempotency-Key` header (`add_problem_handlers` answers FastAPI's own errors alike),
+`idempotent_flask_view` and `idempotent_django_view` your Flask and Django views alike;
+`idempotent_task` makes a Celery task's effect at most once per task id; `add_mcp_tool` serves a
+tool to agents on an `MCPServer`.
 """
 
 from __future__ import annotations
@@ -25,6 +27,8 @@ from typing import TYPE_CHECKING, Any
 
 from idempotency._context import OperationContext, current_operation
 from idempotency._errors import WriteSafeError
+from idempotency._fence import LeaseLost
+from idempotency._httpx import FencedTransport, SyncFencedTransport, fenced_client
 from idempotency._keys import DEFAULT_SCOPE, MAX_KEY_LENGTH
 from idempotency._settings import WriteSafeSettings
 from idempotency._sync import SyncTool, SyncWriteSafe
@@ -71,8 +75,10 @@ __all__ = [
     "MAX_KEY_LENGTH",
     "REPLAYED_HEADER",
     "ErrorEnvelope",
+    "FencedTransport",
     "Found",
     "Invocation",
+    "LeaseLost",
     "LookupOperation",
     "NotFound",
     "OperationContext",
@@ -82,6 +88,7 @@ __all__ = [
     "ReconcilerBusy",
     "ResolutionRefused",
     "Status",
+    "SyncFencedTransport",
     "SyncTool",
     "SyncWriteSafe",
     "Tool",
@@ -93,6 +100,7 @@ __all__ = [
     "add_mcp_tool",
     "add_problem_handlers",
     "current_operation",
+    "fenced_client",
     "idempotent_django_view",
     "idempotent_flask_view",
     "idempotent_route",
