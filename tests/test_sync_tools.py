@@ -295,3 +295,28 @@ async def test_a_forked_child_starts_its_own_loop_thread(make_ws: MakeWriteSafe)
     status = await asyncio.to_thread(ws.sync.status, "child")
     assert status is not None
     assert status.status is Status.SUCCEEDED
+
+
+async def test_a_sync_write_sees_its_operation_and_fence_on_the_calling_thread(
+    make_ws: MakeWriteSafe,
+) -> None:
+    ws = make_ws()
+    seen: list[tuple[str, str, int]] = []
+
+    @ws.tool("fenced")
+    def fenced() -> str:
+        operation = ws.current_operation()
+        assert operation is not None
+        operation.fence()  # admitted: the lease is fresh
+        seen.append((threading.current_thread().name, operation.key, operation.fencing_token))
+        return "sent"
+
+    def call() -> str:
+        return fenced(idempotency_key="f-1")
+
+    caller = threading.Thread(target=call, name="the-caller")
+    caller.start()
+    await asyncio.to_thread(caller.join)
+
+    assert seen == [("the-caller", "f-1", 1)]
+    assert ws.current_operation() is None  # nothing leaks out of the write
