@@ -168,7 +168,7 @@ class LoopThread:
             target=self._loop.run_forever, name="writesafe-sync", daemon=True
         )
         self._thread.start()
-        atexit.register(self.close)
+        atexit.register(self._close_at_exit)
 
     def run(self, make: Callable[[], Coroutine[Any, Any, T]]) -> T:
         """Run `make()` on the loop and block for its answer, running handed-back writes."""
@@ -178,14 +178,24 @@ class LoopThread:
 
     def close(self) -> None:
         """Close the twin's stores and end the thread (a forked child leaves its parent's alone)."""
-        atexit.unregister(self.close)
+        atexit.unregister(self._close_at_exit)
         if os.getpid() != self.pid or self._loop.is_closed():
             return
-        with contextlib.suppress(TimeoutError):
-            asyncio.run_coroutine_threadsafe(self.twin.close(), self._loop).result(CLOSE_SECONDS)
-        self._loop.call_soon_threadsafe(self._loop.stop)
-        self._thread.join()
-        self._loop.close()
+        try:
+            closing = asyncio.run_coroutine_threadsafe(self.twin.close(), self._loop)
+            with contextlib.suppress(TimeoutError):
+                closing.result(CLOSE_SECONDS)
+        finally:
+            self._loop.call_soon_threadsafe(self._loop.stop)
+            self._thread.join()
+            self._loop.close()
+
+    def _close_at_exit(self) -> None:
+        """At interpreter exit the thread pools already refuse work, and some stores close
+        through one (SQLite's writer): close what can be closed. What cannot needs no closing
+        then: committed writes are durable, and the servers end the sessions of a closed socket."""
+        with contextlib.suppress(RuntimeError):
+            self.close()
 
 
 class SyncWriteSafe:
