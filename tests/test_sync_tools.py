@@ -320,3 +320,37 @@ async def test_a_sync_write_sees_its_operation_and_fence_on_the_calling_thread(
 
     assert seen == [("the-caller", "f-1", 1)]
     assert ws.current_operation() is None  # nothing leaks out of the write
+
+
+async def test_an_interrupt_inside_a_sync_write_records_outcome_unknown(
+    make_ws: MakeWriteSafe,
+) -> None:
+    ws = make_ws()
+    effects: list[str] = []
+
+    @ws.tool("interrupted")
+    def interrupted() -> str:
+        effects.append("sent")
+        raise KeyboardInterrupt  # Ctrl-C in the middle of the write
+
+    def call() -> None:
+        with pytest.raises(KeyboardInterrupt):
+            interrupted(idempotency_key="ctrl-c")
+
+    await asyncio.to_thread(call)
+
+    async def recorded() -> Any:
+        for _ in range(200):
+            status = await ws.status("ctrl-c")
+            if status is not None and status.status is not Status.IN_FLIGHT:
+                return status
+            await asyncio.sleep(0.05)
+        return status
+
+    status = await recorded()
+    assert status is not None
+    assert status.status is Status.OUTCOME_UNKNOWN  # not left in flight, never "failed"
+    with pytest.raises(WriteSafeError) as again:
+        await asyncio.to_thread(interrupted, idempotency_key="ctrl-c")
+    assert again.value.envelope.code == "OUTCOME_UNKNOWN"  # no lookup: never run again
+    assert effects == ["sent"]
