@@ -182,7 +182,7 @@ class LoopThread:
         if os.getpid() != self.pid or self._loop.is_closed():
             return
         try:
-            closing = asyncio.run_coroutine_threadsafe(self.twin.close(), self._loop)
+            closing = asyncio.run_coroutine_threadsafe(_end_calls_and_close(self.twin), self._loop)
             with contextlib.suppress(TimeoutError):
                 closing.result(CLOSE_SECONDS)
         finally:
@@ -196,6 +196,16 @@ class LoopThread:
         then: committed writes are durable, and the servers end the sessions of a closed socket."""
         with contextlib.suppress(RuntimeError):
             self.close()
+
+
+async def _end_calls_and_close(twin: WriteSafe) -> None:
+    """Cancel the calls still running (their callers get `CancelledError` instead of waiting
+    forever on a loop that stops; each records what it knows first), then close the stores."""
+    calls = [task for task in asyncio.all_tasks() if task is not asyncio.current_task()]
+    for task in calls:
+        task.cancel()
+    await asyncio.gather(*calls, return_exceptions=True)
+    await twin.close()
 
 
 class SyncWriteSafe:

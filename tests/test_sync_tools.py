@@ -354,3 +354,38 @@ async def test_an_interrupt_inside_a_sync_write_records_outcome_unknown(
         await asyncio.to_thread(interrupted, idempotency_key="ctrl-c")
     assert again.value.envelope.code == "OUTCOME_UNKNOWN"  # no lookup: never run again
     assert effects == ["sent"]
+
+
+async def test_closing_the_sync_face_ends_a_call_still_running(make_ws: MakeWriteSafe) -> None:
+    ws = make_ws()
+    release = threading.Event()
+
+    @ws.tool("held")
+    def held() -> str:
+        release.wait(30)
+        return "late"
+
+    outcome: list[BaseException | str] = []
+
+    def call() -> None:
+        try:
+            outcome.append(held(idempotency_key="held"))
+        except BaseException as error:  # whatever it is, the caller must not hang
+            outcome.append(error)
+
+    caller = threading.Thread(target=call)
+    caller.start()
+    while (await ws.status("held")) is None:  # noqa: ASYNC110 (the stores, not an event)
+        await asyncio.sleep(0.02)
+    closing = asyncio.create_task(asyncio.to_thread(ws.sync.close))
+    await asyncio.sleep(0.2)
+    release.set()
+    await closing
+    await asyncio.to_thread(caller.join, 30)
+
+    assert not caller.is_alive()
+    assert len(outcome) == 1
+    assert not isinstance(outcome[0], str)  # the late result is not taken as an answer
+    status = await ws.status("held")
+    assert status is not None
+    assert status.status is Status.OUTCOME_UNKNOWN
