@@ -378,7 +378,11 @@ async def test_closing_the_sync_face_ends_a_call_still_running(make_ws: MakeWrit
     while (await ws.status("held")) is None:  # noqa: ASYNC110 (the stores, not an event)
         await asyncio.sleep(0.02)
     closing = asyncio.create_task(asyncio.to_thread(ws.sync.close))
-    await asyncio.sleep(0.2)
+    while True:  # until the cancelled call has recorded what it knows
+        status = await ws.status("held")
+        if status is not None and status.status is not Status.IN_FLIGHT:
+            break
+        await asyncio.sleep(0.02)
     release.set()
     await closing
     await asyncio.to_thread(caller.join, 30)
