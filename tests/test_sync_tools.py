@@ -393,3 +393,32 @@ async def test_closing_the_sync_face_ends_a_call_still_running(make_ws: MakeWrit
     status = await ws.status("held")
     assert status is not None
     assert status.status is Status.OUTCOME_UNKNOWN
+
+
+async def test_a_sync_call_from_its_own_loop_thread_is_refused_not_deadlocked(
+    make_ws: MakeWriteSafe,
+) -> None:
+    ws = make_ws()
+    refusals: list[str] = []
+
+    @ws.tool("inner")
+    def inner() -> str:
+        return "inner"
+
+    async def find(operation: LookupOperation) -> Found:
+        try:
+            inner(idempotency_key="from-the-lookup")  # on the sync face's loop thread
+        except RuntimeError as refused:
+            refusals.append(str(refused))
+        return Found("late")
+
+    @ws.tool("outer", timeout=0.1, lookup=find, settle_after=0)
+    def outer() -> str:
+        time.sleep(0.3)
+        return "late"
+
+    with pytest.raises(WriteSafeError):
+        await asyncio.to_thread(outer, idempotency_key="k")
+    assert await asyncio.to_thread(outer, idempotency_key="k") == "late"  # the lookup ran
+
+    assert refusals == ["a sync writesafe call cannot be made from its own loop thread"]
