@@ -63,13 +63,16 @@ class Tool(Generic[R]):
         scope: str = DEFAULT_SCOPE,
         auth_context: object = None,
         key_from_arguments: bool = False,
+        through: WriteSafe | None = None,
     ) -> Invocation[R]:
         """Like calling the tool, for integrations that must tell their caller about replays.
 
         `key_from_arguments`: without a key (and without a `key=` function), use the call's own
-        fingerprint, so identical calls are one operation (see `prepare`).
+        fingerprint, so identical calls are one operation (see `prepare`). `through`: the
+        `WriteSafe` whose stores run the call (default: the tool's own; the sync facade passes
+        its twin, which serves another event loop).
         """
-        guard = await self._owner.guard()
+        guard = await (through or self._owner).guard()
         call = self.prepare(args, kwargs, key, scope, auth_context, key_from_arguments)
         value, replayed = await guard.run(call)
         return Invocation(value, replayed, call.key)
