@@ -539,11 +539,13 @@ class Guard:
             envelope = self.codes.envelope(Code.OUTCOME_UNKNOWN, message)
             return Classification(envelope, {"timeout_seconds": call.tool.timeout})
         try:
-            return call.tool.adapter.classify(error, self.codes)
+            found = call.tool.adapter.classify(error, self.codes)
         except Exception as broken:  # an adapter must never turn a failure into a crash
             logger.exception("adapter %s failed to classify an error", call.tool.adapter.name)
             envelope = self.codes.envelope(Code.UNKNOWN_ERROR, "the adapter failed to classify")
-            return Classification(envelope, exception_evidence(broken))
+            found = Classification(envelope, exception_evidence(broken))
+        # Captured here, before the ledger or the caller sees any of it.
+        return found.redacted(call.tool.redaction)
 
     def _replay_cached(self, call: GuardedCall, cached: CachedOutcome) -> _Answer:
         if cached.fingerprint != call.fingerprint:

@@ -42,6 +42,7 @@ from reconciler._problem import (
     to_problem,
 )
 from reconciler._reconcile import ReconcilePolicy, Reconciler, ReconcileReport
+from reconciler._redaction import DEFAULT_REDACTION, REDACTED, Redaction, Redactor, redact_text
 from reconciler._resolve import (
     OperationNotFound,
     Resolution,
@@ -69,6 +70,7 @@ __all__ = [
     "BUILTIN_VERDICTS",
     "CODES",
     "DEFAULT_ADAPTER",
+    "DEFAULT_REDACTION",
     "DEFAULT_RETRY_POLICY",
     "FIELD_LIMIT",
     "HTTP_STATUS",
@@ -76,6 +78,7 @@ __all__ = [
     "MESSAGE_LIMIT",
     "NOT_JSON",
     "PROBLEM_MEDIA_TYPE",
+    "REDACTED",
     "SCHEMA",
     "WEBMCP_CODES",
     "Absence",
@@ -108,6 +111,8 @@ __all__ = [
     "ReconcileReport",
     "Reconciler",
     "ReconcilerBusy",
+    "Redaction",
+    "Redactor",
     "Resolution",
     "ResolutionRefused",
     "ResponseAdapter",
@@ -133,6 +138,7 @@ __all__ = [
     "operation_info",
     "parse_retry_after",
     "read_envelope",
+    "redact_text",
     "resolve_operation",
     "response_of",
     "run_lookup",
