@@ -362,6 +362,7 @@ class Ledger:
         lease_seconds: float,
         tools: Sequence[str],
         sent_before: datetime | None = None,
+        scope: str | None = None,
     ) -> DueBatch:
         """Lease up to `limit` operations reconciliation should look at now, longest-due first.
 
@@ -369,14 +370,15 @@ class Ledger:
         Rows are locked with `FOR UPDATE SKIP LOCKED`, so concurrent workers never wait on or
         share a row; the lease is `next_check_at` (a leased row is not due until it runs out) and
         the version bump fences a worker that overran it. SQLite renders no FOR UPDATE: its
-        BEGIN IMMEDIATE serialises claims instead.
+        BEGIN IMMEDIATE serialises claims instead. `scope` None: every scope.
         """
+        only = _Filter(tools, sent_before, scope)
         now = self.clock.now()
         check_transition(Status.IN_FLIGHT, Status.OUTCOME_UNKNOWN)
         async with self.engine.begin() as conn:
             crashed = await conn.execute(
                 update(operations)
-                .where(operations.c.id.in_(_claimable(_CRASHED, now, limit, tools, sent_before)))
+                .where(operations.c.id.in_(_claimable(_CRASHED, now, limit, only)))
                 .values(
                     status=Status.OUTCOME_UNKNOWN.value,
                     lease_owner=None,
@@ -391,7 +393,7 @@ class Ledger:
             expired = len(crashed.all())
             leased = await conn.execute(
                 update(operations)
-                .where(operations.c.id.in_(_claimable(_UNKNOWN, now, limit, tools, sent_before)))
+                .where(operations.c.id.in_(_claimable(_UNKNOWN, now, limit, only)))
                 .values(
                     next_check_at=now + timedelta(seconds=lease_seconds),
                     version=operations.c.version + 1,
@@ -401,13 +403,19 @@ class Ledger:
             rows = [OperationRecord.from_row(row) for row in leased.mappings()]
         return DueBatch(rows, expired)
 
-    async def count_due(self, *, tools: Sequence[str], sent_before: datetime | None = None) -> int:
+    async def count_due(
+        self,
+        *,
+        tools: Sequence[str],
+        sent_before: datetime | None = None,
+        scope: str | None = None,
+    ) -> int:
         """How many operations `claim_due` would hand out now (an estimate while others claim)."""
         now = self.clock.now()
         total = 0
         async with self.engine.connect() as conn:
             for due in (_CRASHED, _UNKNOWN):
-                query = _due_query(due, now, tools, sent_before).subquery()
+                query = _due_query(due, now, _Filter(tools, sent_before, scope)).subquery()
                 total += (await conn.execute(select(func.count()).select_from(query))).scalar_one()
         return total
 
@@ -596,27 +604,34 @@ _CRASHED = _Due(Status.IN_FLIGHT, operations.c.lease_expires_at)
 _UNKNOWN = _Due(Status.OUTCOME_UNKNOWN, operations.c.next_check_at)
 
 
-def _due_query(
-    due: _Due, now: datetime, tools: Sequence[str], sent_before: datetime | None
-) -> Select[Any]:
+@dataclass(frozen=True, slots=True)
+class _Filter:
+    """Which due operations a pass asks about: of these tools, sent before, in this scope."""
+
+    tools: Sequence[str]
+    sent_before: datetime | None
+    scope: str | None
+
+
+def _due_query(due: _Due, now: datetime, only: _Filter) -> Select[Any]:
     query = select(operations.c.id).where(
         operations.c.status == due.status.value,
         due.column <= now,
-        operations.c.tool.in_(tools),
+        operations.c.tool.in_(only.tools),
     )
-    if sent_before is not None:
-        query = query.where(operations.c.last_sent_at <= sent_before)
+    if only.sent_before is not None:
+        query = query.where(operations.c.last_sent_at <= only.sent_before)
+    if only.scope is not None:
+        query = query.where(operations.c.scope == only.scope)
     return query
 
 
-def _claimable(
-    due: _Due, now: datetime, limit: int, tools: Sequence[str], sent_before: datetime | None
-) -> Select[Any]:
+def _claimable(due: _Due, now: datetime, limit: int, only: _Filter) -> Select[Any]:
     # The longest-due rows nobody else holds; locked until the claim commits. The order is the
     # index's own, so the scan stops after `limit` rows however many are due (any tiebreaker
     # column would make PostgreSQL sort the whole due set on every claim).
     return (
-        _due_query(due, now, tools, sent_before)
+        _due_query(due, now, only)
         .order_by(due.column)
         .limit(limit)
         .with_for_update(skip_locked=True)

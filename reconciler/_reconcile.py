@@ -106,11 +106,12 @@ class Reconciler:
         limit: int | None = None,
         older_than: float = 0.0,
         tool: str | None = None,
+        scope: str | None = None,
         on_progress: Callable[[ReconcileReport], None] | None = None,
         stop: asyncio.Event | None = None,
     ) -> ReconcileReport:
         """One pass over what is due now: at most `limit` operations, sent at least `older_than`
-        seconds ago, of `tool` (default: every tool in `lookups`)."""
+        seconds ago, of `tool` (default: every tool in `lookups`), in `scope` (default: all)."""
         if tool is not None and tool not in self.lookups:
             raise ValueError(f"no tool named {tool!r} is registered")
         tools = sorted(self.lookups) if tool is None else [tool]
@@ -133,7 +134,7 @@ class Reconciler:
             if older_than > 0:
                 sent_before = self.ledger.clock.now() - timedelta(seconds=older_than)
             batch = await self.ledger.claim_due(
-                limit=size, lease_seconds=lease, tools=tools, sent_before=sent_before
+                limit=size, lease_seconds=lease, tools=tools, sent_before=sent_before, scope=scope
             )
             tally["expired_leases"] += batch.expired
             if not batch.operations:
