@@ -14,6 +14,7 @@ import httpx
 import psutil
 import pytest
 
+from idempotency import WriteSafeSettings
 from ledger import Role
 from reconciler.service import ServiceSettings, create_app
 from tests.conftest import PG_URL, MakeWriteSafe, asyncpg_dsn
@@ -62,7 +63,7 @@ async def _drop_own_connections() -> int:
 async def test_reads_survive_dropped_connections(
     make_ws: MakeWriteSafe, caplog: pytest.LogCaptureFixture
 ) -> None:
-    ws = make_ws()
+    ws = make_ws(settings=WriteSafeSettings(pool_size=3))  # ≤ 9 connections of the shared server
     await ws.start()
     tokens = await issue_keys(ws)
     await seed(ws, A)
