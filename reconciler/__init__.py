@@ -32,6 +32,15 @@ from reconciler._contract import (
     UnknownCode,
     Verdict,
 )
+from reconciler._decisions import (
+    Established,
+    LookupVerdict,
+    ProvenAbsent,
+    RowAction,
+    StillUnknown,
+    decide_row,
+    judge_lookup,
+)
 from reconciler._lookup import Found, LookupResult, NotFound, Unknown
 from reconciler._mcp import from_call_tool_result, to_call_tool_result
 from reconciler._problem import (
@@ -50,7 +59,15 @@ from reconciler._resolve import (
     resolve_operation,
 )
 from reconciler._response import DownstreamError, RawResponse, response_of
-from reconciler._retry import DEFAULT_RETRY_POLICY, RetryBudget, RetryPolicy, RetrySignal, wait_max
+from reconciler._retry import (
+    DEFAULT_MAX_ELAPSED,
+    DEFAULT_RETRY_POLICY,
+    RetryBudget,
+    RetryPolicy,
+    RetrySignal,
+    defer,
+    wait_max,
+)
 from reconciler._retry_after import MAX_RETRY_AFTER_MS, parse_retry_after
 from reconciler._rules import NOT_JSON, ResponseAdapter, Rule
 from reconciler._schema import envelope_json_schema
@@ -70,6 +87,7 @@ __all__ = [
     "BUILTIN_VERDICTS",
     "CODES",
     "DEFAULT_ADAPTER",
+    "DEFAULT_MAX_ELAPSED",
     "DEFAULT_REDACTION",
     "DEFAULT_RETRY_POLICY",
     "FIELD_LIMIT",
@@ -92,6 +110,7 @@ __all__ = [
     "Disposition",
     "DownstreamError",
     "ErrorEnvelope",
+    "Established",
     "FailedOperation",
     "Found",
     "Lookup",
@@ -99,6 +118,7 @@ __all__ = [
     "LookupOutcome",
     "LookupResult",
     "LookupSpec",
+    "LookupVerdict",
     "NextAction",
     "NotFound",
     "OperationInfo",
@@ -106,6 +126,7 @@ __all__ = [
     "OperationStatus",
     "OperationSummary",
     "Problem",
+    "ProvenAbsent",
     "RawResponse",
     "ReconcilePolicy",
     "ReconcileReport",
@@ -119,8 +140,10 @@ __all__ = [
     "RetryBudget",
     "RetryPolicy",
     "RetrySignal",
+    "RowAction",
     "Rule",
     "SideEffects",
+    "StillUnknown",
     "ToolError",
     "Unknown",
     "UnknownCode",
@@ -130,11 +153,14 @@ __all__ = [
     "attempts_left",
     "classify_exception",
     "decide_continuation",
+    "decide_row",
+    "defer",
     "envelope_json_schema",
     "exception_evidence",
     "from_call_tool_result",
     "from_problem",
     "from_webmcp",
+    "judge_lookup",
     "operation_info",
     "parse_retry_after",
     "read_envelope",
