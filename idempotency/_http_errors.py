@@ -34,11 +34,16 @@ _REFUSALS: dict[int, Code] = {
 }
 
 
+REQUEST_FIELD = "request"
+"""The field of an endpoint's 4xx refusal: the request as a whole, which is all it names."""
+
+
 class HTTPExceptionAdapter:
     """Classifies an endpoint's `HTTPException` refusals; everything else goes to `inner`.
 
-    401/403/429/503 become their codes (with Retry-After), other 4xx INPUT_INVALID. A 5xx other
-    than 503 says nothing about side effects, so it is left to `inner` (fail closed by default).
+    401/403/429/503 become their codes (with Retry-After), other 4xx INPUT_INVALID naming the
+    `request` as the input at fault (an HTTPException says no more). A 5xx other than 503 says
+    nothing about side effects, so it is left to `inner` (fail closed by default).
     """
 
     def __init__(self, inner: Adapter) -> None:
@@ -53,7 +58,8 @@ class HTTPExceptionAdapter:
         detail = (
             error.detail if isinstance(error.detail, str) else HTTPStatus(error.status_code).phrase
         )
-        envelope = codes.envelope(code, detail, retry_after_ms=_retry_after_ms(error))
+        field = REQUEST_FIELD if codes.verdict(code).names_field else None
+        envelope = codes.envelope(code, detail, field=field, retry_after_ms=_retry_after_ms(error))
         return Classification(envelope, {**exception_evidence(error), "status": error.status_code})
 
 

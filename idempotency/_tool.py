@@ -86,14 +86,15 @@ class Tool(Generic[R]):
         """Validate and fingerprint a call without running it.
 
         The key is `idempotency_key`, else the tool's `key=` function of the arguments, else (with
-        `key_from_arguments`) `call:` + the fingerprint of the tool name and canonical arguments.
+        `key_from_arguments`, or for a read-only tool, which needs none) `call:` + the fingerprint
+        of the tool name and canonical arguments.
         """
         bound = bind(self.spec.signature, args, kwargs)
         digest = fingerprint(self.spec.name, bound.arguments_json)
         key: object = idempotency_key
         if key is None and self.spec.key_function is not None:
             key = derive_key(self.spec.key_function, bound)
-        if key is None and key_from_arguments:
+        if key is None and (key_from_arguments or self.spec.read_only):
             key = DERIVED_KEY_PREFIX + digest
         if key is None:
             raise invalid_input(

@@ -95,7 +95,8 @@ class WriteSafe:
             RedisKeyStore(
                 self.settings.redis_url,
                 prefix=self.settings.redis_prefix,
-                outcome_ttl=self.settings.outcome_ttl,
+                # The cache never outlives the ledger row it answers for (docs/operations.md).
+                outcome_ttl=min(self.settings.outcome_ttl, self.settings.retention),
                 max_result_bytes=self.settings.redis_max_result_bytes,
             )
             if self.settings.redis_url
@@ -132,6 +133,7 @@ class WriteSafe:
         lookup_timeout: float = DEFAULT_LOOKUP_TIMEOUT,
         retry: RetryPolicy = DEFAULT_RETRY_POLICY,
         dependency: str | None = None,
+        read_only: bool = False,
     ) -> Callable[[Callable[..., Awaitable[R]]], Tool[R]]:
         """Register an async write as a guarded tool named `name`.
 
@@ -142,6 +144,9 @@ class WriteSafe:
         `NotFound()`, `Unknown(reason)`), within `lookup_timeout` seconds; a `NotFound` counts only
         once `settle_after` seconds have passed since the execution was sent. Without a lookup an
         unknown outcome is never replayed: reconciliation escalates it to an operator.
+
+        `read_only=True` declares a read (a lookup, a status query): no key is needed and nothing
+        is recorded; retryable no-effect failures are still retried within `max_executions`.
         """
         validate_key(name, "name")
         if name in self._tools:
@@ -156,6 +161,8 @@ class WriteSafe:
             raise ValueError("settle_after must not be negative")
         if lookup_timeout <= 0:
             raise ValueError("lookup_timeout must be positive")
+        if read_only and lookup is not None:
+            raise ValueError(f"{name}: a read-only tool has no effect for a lookup to find")
 
         def register(function: Callable[..., Awaitable[R]]) -> Tool[R]:
             if not inspect.iscoroutinefunction(function):
@@ -185,6 +192,7 @@ class WriteSafe:
                 retry_budget=self._retry_budgets.setdefault(dependency or name, RetryBudget()),
                 lookup_timeout=lookup_timeout,
                 redaction=self.redaction,
+                read_only=read_only,
             )
             tool: Tool[R] = Tool(self, spec)
             self._tools[name] = tool
