@@ -636,7 +636,8 @@ class Guard:
             )
             envelope = self.codes.envelope(Code.OUTCOME_UNKNOWN, message, cause=Lost.TIMEOUT)
             return Classification(envelope, {"timeout_seconds": call.tool.timeout})
-        return failure_of(call.tool.adapter, error, self.codes)
+        # Redacted here, before the ledger or the caller sees any of it.
+        return failure_of(call.tool.adapter, error, self.codes).redacted(call.tool.redaction)
 
     def _replay_cached(self, call: GuardedCall, cached: CachedOutcome) -> _Answer:
         if cached.fingerprint != call.fingerprint:

@@ -9,7 +9,15 @@ from typing import Any
 
 from idempotency._arguments import BoundCall
 from idempotency._results import ResultCodec
-from reconciler import Adapter, Lookup, LookupSpec, RetryBudget, RetryPolicy
+from reconciler import (
+    DEFAULT_REDACTION,
+    Adapter,
+    Lookup,
+    LookupSpec,
+    Redaction,
+    RetryBudget,
+    RetryPolicy,
+)
 
 DEFAULT_LOOKUP_TIMEOUT = 5.0
 
@@ -33,6 +41,7 @@ class ToolSpec:
     retry_policy: RetryPolicy
     retry_budget: RetryBudget
     lookup_timeout: float = DEFAULT_LOOKUP_TIMEOUT
+    redaction: Redaction = DEFAULT_REDACTION
     read_only: bool = False  # no effect to protect: no key needed, nothing recorded
 
     def lookup_spec(self) -> LookupSpec:
@@ -43,6 +52,7 @@ class ToolSpec:
             settle_after=self.settle_after,
             timeout=self.lookup_timeout,
             encode=self.codec.encode,
+            redaction=self.redaction,
         )
 
 

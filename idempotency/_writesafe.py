@@ -34,6 +34,8 @@ from reconciler import (
     ReconcilePolicy,
     Reconciler,
     ReconcileReport,
+    Redaction,
+    Redactor,
     Resolution,
     RetryBudget,
     RetryPolicy,
@@ -64,6 +66,8 @@ class WriteSafe:
     `WriteSafe()` is the embedded default: a SQLite file beside the process, no Redis, schema
     created on first use. Give `database_url` (PostgreSQL, asyncpg) and `redis_url` for production;
     PostgreSQL schemas are applied with `writesafe db upgrade` unless `auto_migrate=True`.
+    `redact(text) -> text` adds a deployment's own rules to the built-in redaction of evidence
+    and error messages (docs/service.md, "Redaction").
     """
 
     def __init__(
@@ -79,6 +83,7 @@ class WriteSafe:
         clock: Clock | None = None,
         codes: CodeRegistry | None = None,
         settings: WriteSafeSettings | None = None,
+        redact: Redactor | None = None,
     ) -> None:
         overrides = {
             "database_url": database_url,
@@ -94,6 +99,7 @@ class WriteSafe:
         )
         self.codes = codes or CODES
         self._given_clock = clock  # a test's clock; without one the store's clock judges time
+        self.redaction = Redaction(redact)
         self.ledger = Ledger.from_url(
             self.settings.database_url,
             schema=self.settings.db_schema,
@@ -211,6 +217,7 @@ class WriteSafe:
                 retry_policy=retry,
                 retry_budget=self._retry_budgets.setdefault(dependency or name, RetryBudget()),
                 lookup_timeout=lookup_timeout,
+                redaction=self.redaction,
                 read_only=read_only,
             )
             tool: Tool[Any] = Tool(self, spec)
@@ -248,7 +255,7 @@ class WriteSafe:
             auto_migrate=self._auto_migrate,
         )
         twin._tools, twin._lookups = self._tools, self._lookups
-        twin._retry_budgets = self._retry_budgets
+        twin._retry_budgets, twin.redaction = self._retry_budgets, self.redaction
         return twin
 
     async def start(self) -> None:
@@ -354,14 +361,15 @@ class WriteSafe:
         limit: int | None = None,
         older_than: float = 0.0,
         tool: str | None = None,
+        scope: str | None = None,
         on_progress: Callable[[ReconcileReport], None] | None = None,
         stop: asyncio.Event | None = None,
     ) -> ReconcileReport:
         """One reconciliation pass over the operations due now; never executes a write.
 
         At most `limit` operations (default: all that are due), sent at least `older_than`
-        seconds ago, of `tool` (default: every registered tool). Raises `ReconcilerBusy` on a
-        SQLite ledger another reconciler holds.
+        seconds ago, of `tool` (default: every registered tool), in `scope` (default: every
+        scope). Raises `ReconcilerBusy` on a SQLite ledger another reconciler holds.
         """
         if limit is not None and limit < 1:
             raise invalid_input("limit", "limit must be at least 1")
@@ -370,8 +378,15 @@ class WriteSafe:
         if tool is not None and tool not in self._tools:
             raise invalid_input("tool", f"no tool named {tool!r} is registered")
         await self.guard()
+        if scope is not None:
+            scope = validate_key(scope, "scope")
         return await self.reconciler().run(
-            limit=limit, older_than=older_than, tool=tool, on_progress=on_progress, stop=stop
+            limit=limit,
+            older_than=older_than,
+            tool=tool,
+            scope=scope,
+            on_progress=on_progress,
+            stop=stop,
         )
 
     async def resolve(

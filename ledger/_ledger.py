@@ -462,6 +462,7 @@ class Ledger:
         lease_seconds: float,
         tools: Sequence[str],
         older_than: float = 0.0,
+        scope: str | None = None,
     ) -> DueBatch:
         """Lease up to `limit` operations reconciliation should look at now, longest-due first
         (only those whose last execution was sent `older_than` seconds ago or earlier).
@@ -471,6 +472,7 @@ class Ledger:
         share a row; the lease is `next_check_at` (a leased row is not due until it runs out) and
         the version bump fences a worker that overran it. SQLite renders no FOR UPDATE: its
         BEGIN IMMEDIATE serialises claims instead, and its leases are judged by watching them.
+        `scope` None: every scope.
         """
         check_transition(Status.IN_FLIGHT, Status.OUTCOME_UNKNOWN)
         now = self._now_sql()
@@ -478,9 +480,9 @@ class Ledger:
         async with self.engine.begin() as conn:
             crashed: Select[Any] | builtins.list[int]
             if self.is_sqlite:
-                crashed = await self._watched_run_out(conn, limit, tools, sent_before)
+                crashed = await self._watched_run_out(conn, limit, tools, sent_before, scope)
             else:
-                crashed = _claimable(_CRASHED, now, limit, tools, sent_before)
+                crashed = _claimable(_CRASHED, now, limit, tools, sent_before, scope)
             expired = await conn.execute(
                 update(operations)
                 .where(operations.c.id.in_(crashed))
@@ -501,7 +503,9 @@ class Ledger:
                 self._watch.forget(operation_id)
             leased = await conn.execute(
                 update(operations)
-                .where(operations.c.id.in_(_claimable(_UNKNOWN, now, limit, tools, sent_before)))
+                .where(
+                    operations.c.id.in_(_claimable(_UNKNOWN, now, limit, tools, sent_before, scope))
+                )
                 .values(
                     next_check_at=self._now_sql(lease_seconds),
                     version=operations.c.version + 1,
@@ -517,6 +521,7 @@ class Ledger:
         limit: int,
         tools: Sequence[str],
         sent_before: ColumnElement[datetime] | datetime | None,
+        scope: str | None,
     ) -> builtins.list[int]:
         """On SQLite: the ids of `in_flight` operations whose lease this process has watched run
         out. Every in_flight lease is a candidate, whatever its wall-clock expiry says; those
@@ -526,13 +531,17 @@ class Ledger:
         )
         if sent_before is not None:
             query = query.where(operations.c.last_sent_at <= sent_before)
+        if scope is not None:
+            query = query.where(operations.c.scope == scope)
         query = query.order_by(operations.c.lease_expires_at).limit(limit)
         candidates = [
             OperationRecord.from_row(row) for row in (await conn.execute(query)).mappings()
         ]
         return [op.id for op in candidates if self._watch.seconds_left(op) == 0]
 
-    async def count_due(self, *, tools: Sequence[str], older_than: float = 0.0) -> int:
+    async def count_due(
+        self, *, tools: Sequence[str], older_than: float = 0.0, scope: str | None = None
+    ) -> int:
         """How many operations `claim_due` would hand out now (an estimate while others claim;
         on SQLite, crashed leases count by their wall-clock expiry)."""
         now = self._now_sql()
@@ -540,7 +549,7 @@ class Ledger:
         total = 0
         async with self.engine.connect() as conn:
             for due in (_CRASHED, _UNKNOWN):
-                query = _due_query(due, now, tools, sent_before).subquery()
+                query = _due_query(due, now, tools, sent_before, scope).subquery()
                 total += (await conn.execute(select(func.count()).select_from(query))).scalar_one()
         return total
 
@@ -735,6 +744,7 @@ def _due_query(
     now: ColumnElement[datetime] | datetime,
     tools: Sequence[str],
     sent_before: ColumnElement[datetime] | datetime | None,
+    scope: str | None,
 ) -> Select[Any]:
     query = select(operations.c.id).where(
         status_in([due.status]),
@@ -743,6 +753,8 @@ def _due_query(
     )
     if sent_before is not None:
         query = query.where(operations.c.last_sent_at <= sent_before)
+    if scope is not None:
+        query = query.where(operations.c.scope == scope)
     return query
 
 
@@ -752,12 +764,13 @@ def _claimable(
     limit: int,
     tools: Sequence[str],
     sent_before: ColumnElement[datetime] | datetime | None,
+    scope: str | None,
 ) -> Select[Any]:
     # The longest-due rows nobody else holds; locked until the claim commits. The order is the
     # index's own, so the scan stops after `limit` rows however many are due (any tiebreaker
     # column would make PostgreSQL sort the whole due set on every claim).
     return (
-        _due_query(due, now, tools, sent_before)
+        _due_query(due, now, tools, sent_before, scope)
         .order_by(due.column)
         .limit(limit)
         .with_for_update(skip_locked=True)

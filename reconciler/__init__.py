@@ -60,6 +60,7 @@ from reconciler._problem import (
     to_problem,
 )
 from reconciler._reconcile import ReconcilePolicy, Reconciler, ReconcileReport
+from reconciler._redaction import DEFAULT_REDACTION, REDACTED, Redaction, Redactor, redact_text
 from reconciler._resolve import (
     OperationNotFound,
     Resolution,
@@ -105,6 +106,7 @@ __all__ = [
     "CODES",
     "DEFAULT_ADAPTER",
     "DEFAULT_MAX_ELAPSED",
+    "DEFAULT_REDACTION",
     "DEFAULT_RETRY_POLICY",
     "FIELD_LIMIT",
     "HTTP_ADAPTER",
@@ -115,6 +117,7 @@ __all__ = [
     "MESSAGE_LIMIT",
     "NOT_JSON",
     "PROBLEM_MEDIA_TYPE",
+    "REDACTED",
     "SCHEMA",
     "WEBMCP_CODES",
     "Absence",
@@ -152,6 +155,8 @@ __all__ = [
     "ReconcileReport",
     "Reconciler",
     "ReconcilerBusy",
+    "Redaction",
+    "Redactor",
     "Resolution",
     "ResolutionRefused",
     "ResponseAdapter",
@@ -190,6 +195,7 @@ __all__ = [
     "operation_info",
     "parse_retry_after",
     "read_envelope",
+    "redact_text",
     "replay_timed",
     "resolve_operation",
     "response_of",

@@ -14,7 +14,8 @@ from typing import Any
 import httpx
 
 from reconciler._causes import Lost, Untrusted
-from reconciler._contract import Code, CodeRegistry, ErrorEnvelope
+from reconciler._contract import Code, CodeRegistry, ErrorEnvelope, sanitize_message
+from reconciler._redaction import Redaction, redact_text
 from reconciler._tool_error import ToolError
 
 EVIDENCE_MESSAGE_LIMIT = 1024
@@ -46,12 +47,24 @@ class Classification:
     envelope: ErrorEnvelope
     evidence: dict[str, Any] = field(default_factory=dict)
 
+    def redacted(self, redaction: Redaction) -> Classification:
+        """This classification as it may be kept and shown: message and evidence redacted."""
+        envelope = self.envelope
+        message = sanitize_message(redaction.text(envelope.message))
+        if message != envelope.message:
+            envelope = envelope.model_copy(update={"message": message})
+        return Classification(envelope, redaction.evidence(self.evidence))
+
 
 def exception_evidence(error: BaseException) -> dict[str, Any]:
-    """What is worth keeping of an exception: its type and a bounded message, never a traceback."""
+    """What is worth keeping of an exception: its type and a bounded message, never a traceback.
+
+    The message is redacted before it is cut, so that a cut cannot leave half a secret behind
+    that no rule recognises any more.
+    """
     return {
         "exception": f"{type(error).__module__}.{type(error).__qualname__}",
-        "message": str(error)[:EVIDENCE_MESSAGE_LIMIT],
+        "message": redact_text(str(error))[:EVIDENCE_MESSAGE_LIMIT],
     }
 
 

@@ -106,11 +106,12 @@ class Reconciler:
         limit: int | None = None,
         older_than: float = 0.0,
         tool: str | None = None,
+        scope: str | None = None,
         on_progress: Callable[[ReconcileReport], None] | None = None,
         stop: asyncio.Event | None = None,
     ) -> ReconcileReport:
         """One pass over what is due now: at most `limit` operations, sent at least `older_than`
-        seconds ago, of `tool` (default: every tool in `lookups`)."""
+        seconds ago, of `tool` (default: every tool in `lookups`), in `scope` (default: all)."""
         if tool is not None and tool not in self.lookups:
             raise ValueError(f"no tool named {tool!r} is registered")
         tools = sorted(self.lookups) if tool is None else [tool]
@@ -130,7 +131,11 @@ class Reconciler:
             if limit is not None:
                 size = min(size, limit - tally["examined"])
             batch = await self.ledger.claim_due(
-                limit=size, lease_seconds=lease, tools=tools, older_than=older_than
+                limit=size,
+                lease_seconds=lease,
+                tools=tools,
+                older_than=older_than,
+                scope=scope,
             )
             tally["expired_leases"] += batch.expired
             if not batch.operations:
