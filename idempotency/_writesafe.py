@@ -333,7 +333,8 @@ class WriteSafe:
         result: Any = None,
         evidence: Mapping[str, Any] | None = None,
     ) -> OperationStatus:
-        """An operator settles a `needs_attention` operation, on the record (who, why, evidence).
+        """An operator settles a `needs_attention` or `outcome_unknown` operation, on the record
+        (who, why, evidence).
 
         `succeeded` stores `result` as the operation's result (callers with the key get it);
         `failed` declares the effect absent. Any other state raises `ResolutionRefused`

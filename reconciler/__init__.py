@@ -43,6 +43,7 @@ from reconciler._problem import (
 )
 from reconciler._reconcile import ReconcilePolicy, Reconciler, ReconcileReport
 from reconciler._resolve import (
+    RESOLVABLE,
     OperationNotFound,
     Resolution,
     ResolutionRefused,
@@ -76,6 +77,7 @@ __all__ = [
     "MESSAGE_LIMIT",
     "NOT_JSON",
     "PROBLEM_MEDIA_TYPE",
+    "RESOLVABLE",
     "SCHEMA",
     "WEBMCP_CODES",
     "Absence",
