@@ -22,8 +22,10 @@ from typing import TYPE_CHECKING, Any
 from idempotency._context import OperationContext, current_operation
 from idempotency._errors import WriteSafeError
 from idempotency._keys import DEFAULT_SCOPE, MAX_KEY_LENGTH
+from idempotency._logging import OperationFilter, configure_logging
 from idempotency._settings import WriteSafeSettings
 from idempotency._tool import Invocation, Tool
+from idempotency._tracing import inject_trace_context, instrument_tracing, uninstrument_tracing
 from idempotency._writesafe import WriteSafe
 from ledger import Status
 from reconciler import (
@@ -63,6 +65,7 @@ __all__ = [
     "LookupOperation",
     "NotFound",
     "OperationContext",
+    "OperationFilter",
     "OperationNotFound",
     "OperationStatus",
     "ReconcileReport",
@@ -77,8 +80,12 @@ __all__ = [
     "WriteSafeSettings",
     "add_mcp_tool",
     "add_problem_handlers",
+    "configure_logging",
     "current_operation",
     "idempotent_route",
+    "inject_trace_context",
+    "instrument_tracing",
+    "uninstrument_tracing",
 ]
 
 
