@@ -8,6 +8,7 @@ retry_after. A tool without a lookup never replays an unknown outcome.
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -38,9 +39,11 @@ class Reconciled:
 
 @dataclass(frozen=True, slots=True)
 class Resumed:
-    """The effect proved absent: execute under this restarted operation (the caller's lease)."""
+    """The effect proved absent: execute under this restarted operation (the caller's lease,
+    written by a statement sent at `leased_at` on the monotonic clock)."""
 
     operation: OperationRecord
+    leased_at: float
 
 
 async def replay_gate(
@@ -88,8 +91,9 @@ async def replay_gate(
         absence = after_absence(operation, codes)
         if absence.continues:
             await ledger.record_attempt(operation.id, AttemptKind.LOOKUP, **audit)
+            leased_at = time.monotonic()
             restarted = await ledger.restart(operation, intent)
-            return None if restarted is None else Resumed(restarted)
+            return None if restarted is None else Resumed(restarted, leased_at)
         failed = await ledger.settle(
             operation,
             AttemptKind.LOOKUP,

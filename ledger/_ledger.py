@@ -365,6 +365,9 @@ class Ledger:
             "lease_owner": None,
             "lease_expires_at": None,
             "last_code": LEASE_EXPIRED,
+            # The old writer may have sent until its fence closed, which is before now: its
+            # settle window counts from here (see `last_sent_at`).
+            "last_sent_at": now,
             "next_check_at": now,
         }
         async with self.engine.begin() as conn:
@@ -417,6 +420,7 @@ class Ledger:
                     lease_owner=None,
                     lease_expires_at=None,
                     last_code=LEASE_EXPIRED,
+                    last_sent_at=now,  # as in `expire`
                     next_check_at=now,
                     version=operations.c.version + 1,
                     updated_at=now,
