@@ -23,6 +23,7 @@ from opentelemetry.trace import StatusCode
 from idempotency import (
     ToolError,
     WriteSafeError,
+    fenced_client,
     inject_trace_context,
     instrument_tracing,
     uninstrument_tracing,
@@ -151,7 +152,7 @@ async def test_a_reconciliation_pass_traces_each_lookup(
     ] == [("k", "found")]
 
 
-async def test_the_write_forwards_its_execution_span_downstream(
+async def test_the_httpx_integration_forwards_the_execution_span_downstream(
     make_ws: MakeWriteSafe, spans: InMemorySpanExporter
 ) -> None:
     ws = make_ws()
@@ -159,20 +160,23 @@ async def test_the_write_forwards_its_execution_span_downstream(
 
     def downstream(request: httpx.Request) -> httpx.Response:
         sent.append(request.headers)
-        return httpx.Response(201, json={"id": 1})
+        return httpx.Response(201, json={"id": len(sent)})
 
     @ws.tool("call_out")
     async def call_out() -> int:
-        headers: dict[str, str] = {}
+        async with fenced_client(transport=httpx.MockTransport(downstream)) as fenced:
+            await fenced.post("http://shop.test/orders")
+        headers: dict[str, str] = {}  # a write with a client of its own uses the helper
         inject_trace_context(headers)
-        async with httpx.AsyncClient(transport=httpx.MockTransport(downstream)) as client:
-            response = await client.post("http://shop.test/orders", headers=headers)
+        async with httpx.AsyncClient(transport=httpx.MockTransport(downstream)) as plain:
+            response = await plain.post("http://shop.test/orders", headers=headers)
         return int(response.json()["id"])
 
-    assert await call_out(idempotency_key="k") == 1
+    assert await call_out(idempotency_key="k") == 2
     (execution,) = _named(spans, "writesafe.execute")
-    trace_id, span_id = execution.context.trace_id, execution.context.span_id
-    assert sent[0]["traceparent"].startswith(f"00-{trace_id:032x}-{span_id:016x}-")
+    expected = f"00-{execution.context.trace_id:032x}-{execution.context.span_id:016x}-"
+    assert [headers["traceparent"][: len(expected)] for headers in sent] == [expected] * 2
+    assert sent[0]["idempotency-key"] == "k"  # the integration's own headers stay
 
 
 async def test_no_spans_once_uninstrumented(
