@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import io
 import json
 import logging
@@ -82,3 +84,30 @@ def test_the_filter_serves_a_handler_of_your_own() -> None:
     record = logging.LogRecord("writesafe", logging.INFO, __file__, 1, "m", None, None)
     assert OperationFilter().filter(record)
     assert (record.writesafe_key, record.writesafe_scope, record.writesafe_tool) == (None,) * 3
+
+
+async def test_a_line_about_every_held_lease_names_no_operation(
+    make_ws: MakeWriteSafe, json_lines: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The renewing task serves all leases; the call that happened to start it lends it nothing.
+    ws = make_ws(lease_seconds=0.3)
+    renewal_failed = asyncio.Event()
+
+    async def unreachable(leases: Any, seconds: float) -> set[int]:
+        renewal_failed.set()
+        raise OSError("the ledger went away")
+
+    monkeypatch.setattr(ws.ledger, "renew_leases", unreachable)
+
+    @ws.tool("slow_write")
+    async def slow_write() -> str:
+        await asyncio.wait_for(renewal_failed.wait(), 5)
+        await asyncio.sleep(0.05)  # the keeper logs right after its renewal failed
+        return "done"
+
+    with contextlib.suppress(WriteSafeError):
+        await slow_write(idempotency_key="k", scope="s")
+
+    renewals = [line for line in json_lines() if "could not renew" in line["message"]]
+    assert renewals
+    assert all((line["key"], line["tool"]) == (None, None) for line in renewals)
