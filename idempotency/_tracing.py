@@ -11,6 +11,8 @@ exported by whatever SDK the application configured. Metrics stay Prometheus.
   inside it (the httpx integration, `inject_trace_context`) carries its trace context.
 - `writesafe.lookup` wraps each lookup, inline or in a reconciliation pass: `.result` is found,
   not_found or unknown.
+- `writesafe.reconcile` wraps `WriteSafe.reconcile`: the pass's lookups are its children, its
+  report's counts (`writesafe.reconcile.found`, …) its attributes.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ from typing import TYPE_CHECKING, Concatenate, ParamSpec, TypeVar
 from idempotency._context import current_operation
 from idempotency._errors import WriteSafeError
 from idempotency._logging import operation_logged
-from reconciler import Found, LookupOperation, LookupResult, NotFound
+from reconciler import Found, LookupOperation, LookupResult, NotFound, ReconcileReport
 
 if TYPE_CHECKING:
     from opentelemetry.trace import Span, Tracer, TracerProvider
@@ -122,6 +124,26 @@ def traced_call(
             outcome = "executed" if not replayed else "reconciled" if counts.found else "replayed"
             _finish_call(span, counts, outcome, replayed=replayed)
             return value, replayed
+
+    return wrapper
+
+
+def traced_reconcile(
+    reconcile: Callable[Concatenate[S, P], Awaitable[ReconcileReport]],
+) -> Callable[Concatenate[S, P], Awaitable[ReconcileReport]]:
+    """Decorate `WriteSafe.reconcile`: a `writesafe.reconcile` span, the pass's lookups its
+    children, its report's counts as attributes."""
+
+    @functools.wraps(reconcile)
+    async def wrapper(ws: S, /, *args: P.args, **kwargs: P.kwargs) -> ReconcileReport:
+        tracer = _tracer
+        if tracer is None:
+            return await reconcile(ws, *args, **kwargs)
+        with tracer.start_as_current_span("writesafe.reconcile") as span:
+            report = await reconcile(ws, *args, **kwargs)
+            for name, value in report.model_dump().items():
+                span.set_attribute(f"writesafe.reconcile.{name}", value)
+            return report
 
     return wrapper
 

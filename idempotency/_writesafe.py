@@ -18,6 +18,7 @@ from idempotency._results import ResultCodec
 from idempotency._settings import WriteSafeSettings
 from idempotency._spec import DEFAULT_LOOKUP_TIMEOUT, ToolSpec
 from idempotency._tool import Tool
+from idempotency._tracing import traced_reconcile
 from ledger import Clock, Ledger, LedgerNotMigrated, canonical_json, loads_json
 from reconciler import (
     CODES,
@@ -296,6 +297,7 @@ class WriteSafe:
             self._reconciler = Reconciler(self.ledger, self._lookups, self.codes, policy)
         return self._reconciler
 
+    @traced_reconcile
     async def reconcile(
         self,
         *,

@@ -150,6 +150,13 @@ async def test_a_reconciliation_pass_traces_each_lookup(
     assert [
         (s.attributes["writesafe.key"], s.attributes["writesafe.lookup.result"]) for s in lookups
     ] == [("k", "found")]
+    (reconcile,) = _named(spans, "writesafe.reconcile")
+    assert reconcile.attributes is not None
+    assert (
+        reconcile.attributes["writesafe.reconcile.found"],
+        reconcile.attributes["writesafe.reconcile.examined"],
+    ) == (1, 1)
+    assert lookups[0].parent == reconcile.context
 
 
 async def test_the_httpx_integration_forwards_the_execution_span_downstream(
