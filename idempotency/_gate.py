@@ -72,7 +72,8 @@ async def replay_gate(
             operation,
             f"{call.tool.name} has no lookup, so the key never runs again by itself",
         )
-    check = await run_lookup(spec, operation, await ledger.attempts(operation.id), ledger.clock)
+    started_at = await ledger.now()  # the ledger's clock judges the settle window
+    check = await run_lookup(spec, operation, await ledger.attempts(operation.id), started_at)
     audit = check.attempt(ACTOR, intent.owner)
     if check.outcome is LookupOutcome.FOUND:
         assert check.result is not None
@@ -108,7 +109,7 @@ async def replay_gate(
         raise WriteSafeError(absence.envelope.with_operation(operation_info(failed)))
     await ledger.record_attempt(operation.id, AttemptKind.LOOKUP, **audit)
     reason = check.evidence.get("reason", "the lookup could not tell")
-    retry_after_ms = check.retry_after_ms(ledger.clock.now(), _ASK_AGAIN_MS)
+    retry_after_ms = check.retry_after_ms(started_at, _ASK_AGAIN_MS)
     raise _unknown(codes, operation, f"the lookup could not confirm it: {reason}", retry_after_ms)
 
 

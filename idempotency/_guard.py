@@ -47,6 +47,7 @@ from idempotency._tracing import traced_call
 from ledger import (
     Claim,
     Intent,
+    LeaseHeld,
     Ledger,
     OperationRecord,
     Outcome,
@@ -313,12 +314,10 @@ class Guard:
         if not same_payload:
             raise self._key_reused(call, operation.tool, operation_info(operation))
         if operation.status is Status.IN_FLIGHT:
-            now = self.ledger.clock.now()
-            if not operation.lease_expired(now):
-                assert operation.lease_expires_at is not None
-                left = (operation.lease_expires_at - now).total_seconds() * 1000
-                return _Busy(_clamp_retry_after(left))
+            # The ledger judges the lease on its own clock: this process's may be off.
             expired = await self.ledger.expire(operation)
+            if isinstance(expired, LeaseHeld):
+                return _Busy(_clamp_retry_after(expired.seconds_left * 1000))
             if expired is None:
                 return _Busy(0)
             operation = expired
@@ -335,6 +334,10 @@ class Guard:
         self, call: GuardedCall, operation: OperationRecord, owner: str
     ) -> _Answer | _Busy:
         stored = _stored_envelope(operation)
+        # A continuation waits out a stated delay on the ledger's clock, which stamped the
+        # failure; with no delay stated, the failure's own time is as late as any (no round trip).
+        delayed = stored is not None and bool(stored.retry_after_ms)
+        now = await self.ledger.now() if delayed else operation.updated_at
         decision = decide_continuation(
             FailedOperation(
                 code=operation.last_code,
@@ -347,7 +350,7 @@ class Guard:
             ),
             fingerprint=call.fingerprint,
             auth_hash=call.auth_hash,
-            now=self.ledger.clock.now(),
+            now=now,
             codes=self.codes,
         )
         if decision is Continuation.KEY_REUSED:

@@ -16,7 +16,7 @@ import uuid
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
 from enum import StrEnum
 from pathlib import Path
 from typing import Any
@@ -129,11 +129,8 @@ class Reconciler:
             size = self.policy.batch_size
             if limit is not None:
                 size = min(size, limit - tally["examined"])
-            sent_before = None
-            if older_than > 0:
-                sent_before = self.ledger.clock.now() - timedelta(seconds=older_than)
             batch = await self.ledger.claim_due(
-                limit=size, lease_seconds=lease, tools=tools, sent_before=sent_before
+                limit=size, lease_seconds=lease, tools=tools, older_than=older_than
             )
             tally["expired_leases"] += batch.expired
             if not batch.operations:
@@ -148,10 +145,7 @@ class Reconciler:
     async def count_due(self, *, older_than: float = 0.0, tool: str | None = None) -> int:
         """About how many operations a pass would examine now (for progress displays)."""
         tools = sorted(self.lookups) if tool is None else [tool]
-        sent_before = None
-        if older_than > 0:
-            sent_before = self.ledger.clock.now() - timedelta(seconds=older_than)
-        return await self.ledger.count_due(tools=tools, sent_before=sent_before) if tools else 0
+        return await self.ledger.count_due(tools=tools, older_than=older_than) if tools else 0
 
     def close(self) -> None:
         """Release the SQLite single-worker lock, if held."""
@@ -162,13 +156,14 @@ class Reconciler:
         """Look the batch up concurrently, then record every conclusion in one transaction."""
         try:
             attempts = await self.ledger.attempts_of([op.id for op in operations])
+            # The ledger's clock, read before any lookup starts, judges their settle windows.
+            now = await self.ledger.now()
             checks = await asyncio.gather(
-                *(
-                    run_lookup(self.lookups[op.tool], op, attempts[op.id], self.ledger.clock)
-                    for op in operations
-                )
+                *(run_lookup(self.lookups[op.tool], op, attempts[op.id], now) for op in operations)
             )
-            plans = [self._plan(op, check) for op, check in zip(operations, checks, strict=True)]
+            plans = [
+                self._plan(op, check, now) for op, check in zip(operations, checks, strict=True)
+            ]
             rows = await self.ledger.settle_many([settlement for settlement, _ in plans])
         except Exception:
             logger.exception(
@@ -181,8 +176,11 @@ class Reconciler:
             for (_, verdict), row in zip(plans, rows, strict=True)
         ]
 
-    def _plan(self, operation: OperationRecord, check: Check) -> tuple[Settlement, _Verdict]:
-        """What `check` means for `operation`: the change to record, and its verdict."""
+    def _plan(
+        self, operation: OperationRecord, check: Check, now: datetime
+    ) -> tuple[Settlement, _Verdict]:
+        """What `check` means for `operation`: the change to record, and its verdict; `now` is
+        the ledger's time before the lookup."""
         audit = check.attempt(ACTOR, self.worker)
         values: dict[str, Any]
         if check.outcome is LookupOutcome.FOUND:
@@ -202,7 +200,7 @@ class Reconciler:
             checks, due = operation.checks, check.settles_at
         else:
             checks = operation.checks + 1
-            due = self.ledger.clock.now() + timedelta(seconds=self.policy.backoff(checks))
+            due = now + timedelta(seconds=self.policy.backoff(checks))
         if checks >= self.policy.max_checks:
             audit["evidence"] = dumps_json({**check.evidence, "escalated_after_checks": checks})
             values = {"checks": checks, "next_check_at": None}
