@@ -147,7 +147,7 @@ def console_router(ctx: ServiceContext, authenticate: Authenticate, operator: Ch
             status: await list_page(ctx, scope, ListQuery(status=[status], limit=ATTENTION_LIMIT))
             for status in (Status.NEEDS_ATTENTION, Status.OUTCOME_UNKNOWN)
         }
-        now = ctx.ws.ledger.clock.now()
+        now = await ctx.ws.ledger.now()
         expired = await ctx.ws.ledger.list(
             statuses=[Status.IN_FLIGHT],
             scope=scope,
@@ -185,7 +185,7 @@ def console_router(ctx: ServiceContext, authenticate: Authenticate, operator: Ch
         }
         context: dict[str, Any] = {
             "session": opened,
-            "now": ctx.ws.ledger.clock.now(),
+            "now": await ctx.ws.ledger.now(),
             "filters": filters,
             "tools": sorted({*ctx.ws.tools, *([filters["tool"]] if filters["tool"] else [])}),
             "ages": AGES,
@@ -297,7 +297,7 @@ class _Pages:
             return self.render(request, "error.html", context, status=missing.status_code)
         context = {
             "session": opened,
-            "now": self._ctx.ws.ledger.clock.now(),
+            "now": await self._ctx.ws.ledger.now(),
             "op": found,
             "form": {name: _text(form, name) for name in _FORM_FIELDS},
             "error": error,

@@ -127,7 +127,7 @@ async def list_page(ctx: ServiceContext, scope: str, query: ListQuery) -> Operat
         updated_before=(
             None
             if query.older_than is None
-            else ledger.clock.now() - timedelta(seconds=query.older_than)
+            else await ledger.now() - timedelta(seconds=query.older_than)
         ),
         after=None if query.cursor is None else decode_cursor(query.cursor),
         limit=query.limit + 1,
