@@ -22,6 +22,7 @@ from typing import Any
 
 import httpx
 import pytest
+from sqlalchemy import text
 
 from idempotency import WriteSafe
 from ledger import Role, Status
@@ -86,9 +87,27 @@ async def _seed(options: dict[str, Any]) -> dict[tuple[str, Role], str]:
             stuck = await ws.ledger.get(scope, f"{prefix}stuck")
             assert stuck is not None
             assert await ws.ledger.transition(stuck, Status.NEEDS_ATTENTION) is not None
+        await _history(ws, submit_order)
         return await issue_keys(ws)
     finally:
         await ws.close()
+
+
+async def _history(ws: WriteSafe, submit_order: Any) -> None:
+    """A day of tenant A's past traffic (keys `a-hist-<n>`), moved back in time for the chart."""
+    for n in range(40):
+        order = {"n": n, "refuse": n % 5 == 0}
+        with contextlib.suppress(Exception):
+            await submit_order(order, idempotency_key=f"a-hist-{n}", scope="tenant-a")
+    async with ws.ledger.engine.begin() as conn:
+        await conn.execute(
+            text(
+                "UPDATE writesafe_operations SET created_at = created_at - make_interval("
+                "hours => (split_part(key, '-', 3)::int * 7) % 23 + 1), updated_at = updated_at"
+                " - make_interval(hours => (split_part(key, '-', 3)::int * 7) % 23 + 1)"
+                " WHERE key LIKE 'a-hist-%'"
+            )
+        )
 
 
 @pytest.fixture
@@ -204,10 +223,19 @@ def test_operator_resolves_an_unknown_outcome_in_the_browser(
 
     # The listing filters by status: every state of tenant A, then only the failed one.
     browser.get(f"{base}/console/operations")
-    assert _keys_listed(browser) == {"a-ok", "a-refused", "a-lost", "a-stuck"}
+    listed = _keys_listed(browser)
+    assert {key for key in listed if not key.startswith("a-hist-")} == {
+        "a-ok",
+        "a-refused",
+        "a-lost",
+        "a-stuck",
+    }
+    assert len(listed) == 4 + 40  # one page: 50 a page
     browser.find_element(By.CSS_SELECTOR, "input[name=status][value=failed]").click()
     _submit(browser, browser.find_element(By.CSS_SELECTOR, "form.filters button"))
-    assert _keys_listed(browser) == {"a-refused"}
+    failed = _keys_listed(browser)
+    assert {key for key in failed if not key.startswith("a-hist-")} == {"a-refused"}
+    assert len(failed) == 1 + 8  # every fifth of the history was refused
     browser.get(f"{base}/console/operations?status=outcome_unknown&status=needs_attention")
     assert _keys_listed(browser) == {"a-lost", "a-stuck"}
     _screenshot(browser, "operations", tmp_path)
