@@ -63,8 +63,10 @@ from reconciler import (
     FailedOperation,
     OperationInfo,
     RetrySignal,
+    RowAction,
     SideEffects,
     decide_continuation,
+    decide_row,
     exception_evidence,
     operation_info,
 )
@@ -301,19 +303,19 @@ class Guard:
         """Decide what the row we found means for this call; `leased_at`: when (monotonic) the
         claim that may have leased it to us was sent."""
         operation = claim.operation
-        if claim.created or operation.lease_owner == owner:
+        action = decide_row(
+            operation, created=claim.created, owner=owner, fingerprint=call.fingerprint
+        )
+        if action is RowAction.EXECUTE:
             return await self._execute(call, operation, owner, leased_at)
-        same_payload = operation.fingerprint == call.fingerprint
-        if operation.status is Status.SUCCEEDED:
-            if not same_payload:
-                raise self._key_reused(call, operation.tool, operation_info(operation))
+        if action is RowAction.REPLAY:
             assert operation.result is not None
             return _Answer(call.tool.codec.decode(operation.result), "replayed", operation)
-        if operation.status is Status.FAILED:
+        if action is RowAction.CONTINUE:
             return await self._continue_failed(call, operation, owner)
-        if not same_payload:
+        if action is RowAction.KEY_REUSED:
             raise self._key_reused(call, operation.tool, operation_info(operation))
-        if operation.status is Status.IN_FLIGHT:
+        if action is RowAction.JUDGE_LEASE:
             # The ledger judges the lease on its own clock: this process's may be off.
             expired = await self.ledger.expire(operation)
             if isinstance(expired, LeaseHeld):
