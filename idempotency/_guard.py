@@ -14,12 +14,12 @@ import logging
 import secrets
 import time
 from dataclasses import dataclass
-from datetime import datetime
-from typing import Any
+from typing import Any, NoReturn
 
 from sqlalchemy.exc import SQLAlchemyError
 from tenacity import (
     AsyncRetrying,
+    RetryCallState,
     retry_if_exception_type,
     stop_after_attempt,
     stop_after_delay,
@@ -42,6 +42,7 @@ from idempotency._metrics import (
     RETRIES_THROTTLED,
     answered,
 )
+from idempotency._results import ResultNotStored
 from idempotency._spec import GuardedCall
 from idempotency._tracing import traced_call
 from ledger import (
@@ -67,6 +68,7 @@ from reconciler import (
     SideEffects,
     decide_continuation,
     decide_row,
+    defer,
     exception_evidence,
     operation_info,
 )
@@ -98,12 +100,12 @@ class _Answer:
 
 
 class _Retryable(RetrySignal):
-    """A failed execution that proved no effect and may be retried within the budget."""
+    """A failed execution that proved no effect, recorded `failed`, and may run again within
+    the budget once the wait is over."""
 
-    def __init__(self, envelope: ErrorEnvelope, outcome: Outcome, failed_at: datetime) -> None:
+    def __init__(self, envelope: ErrorEnvelope, failed: OperationRecord) -> None:
         super().__init__(envelope)
-        self.outcome = outcome
-        self.failed_at = failed_at
+        self.failed = failed
 
 
 @dataclass(frozen=True, slots=True)
@@ -270,9 +272,9 @@ class Guard:
             return None
         if row.fingerprint != call.fingerprint:
             raise self._key_reused(call, row.tool, operation_info(row))
+        answer = _replayed(call, row)
         self._cache_behind(call, row)
-        assert row.result is not None
-        return _Answer(call.tool.codec.decode(row.result), "replayed", row)
+        return answer
 
     async def _claim(self, call: GuardedCall, owner: str) -> Claim:
         intent = self._intent(call, owner)
@@ -309,8 +311,7 @@ class Guard:
         if action is RowAction.EXECUTE:
             return await self._execute(call, operation, owner, leased_at)
         if action is RowAction.REPLAY:
-            assert operation.result is not None
-            return _Answer(call.tool.codec.decode(operation.result), "replayed", operation)
+            return _replayed(call, operation)
         if action is RowAction.CONTINUE:
             return await self._continue_failed(call, operation, owner)
         if action is RowAction.KEY_REUSED:
@@ -368,12 +369,17 @@ class Guard:
 
     async def _execute(
         self, call: GuardedCall, operation: OperationRecord, owner: str, leased_at: float
-    ) -> _Answer:
+    ) -> _Answer | _Busy:
         """Run the write under its lease, retrying automatically only where no effect is proven.
 
         Each execution runs behind a fence of its own, from the lease write sent at `leased_at`
-        (monotonic), which the lease keeper moves on with every confirmed renewal.
+        (monotonic), which the lease keeper moves on with every confirmed renewal. A retryable
+        failure is recorded `failed` before the wait, so a call cancelled while it waits leaves
+        what it knows (the key continues later under the continuation policy); the next
+        execution restarts the operation by compare-and-set, so a caller of the same key that
+        continued it during the wait runs it instead, and this call answers like it.
         """
+        started = time.monotonic()
         failure: _Retryable | None = None
         store_token = None if self.keystore is None else _store_token(owner, call.fingerprint)
 
@@ -383,25 +389,31 @@ class Guard:
             return HeldLease(operation.id, owner, call.scope, call.key, store_token, fence)
 
         lease = fenced(leased_at)
-        self._leases.hold(lease)  # held through the waits between executions too
 
-        async def execution() -> _Answer:
+        async def execution() -> _Answer | _Busy:
             nonlocal operation, failure, lease
             if failure is not None:
                 sent_at = time.monotonic()
-                operation = await self._next_execution(call, operation, owner, failure)
+                restarted = await self._next_execution(call, failure, owner)
+                if restarted is None:
+                    return _Busy(0)
+                operation = restarted
                 lease = fenced(sent_at)
-                self._leases.hold(lease)  # the same operation: it replaces the last one
+            self._leases.hold(lease)
             try:
                 return await self._execute_once(call, operation, owner, lease.fence)
             except _Retryable as retryable:
                 failure = retryable
+                self._leases.release(lease)  # the failed row holds no lease while we wait
                 raise
 
         def retrying() -> AsyncRetrying:
+            policy = call.tool.retry_policy
             return AsyncRetrying(
                 retry=retry_if_exception_type(_Retryable),
-                wait=call.tool.retry_policy.wait(),
+                wait=policy.wait(),
+                stop=policy.stop(spent=time.monotonic() - started),
+                retry_error_callback=_out_of_time,
                 sleep=self.ledger.clock.sleep,
                 reraise=True,
             )
@@ -436,12 +448,16 @@ class Guard:
                     raise
                 raise await self._failed(call, operation, owner, classification) from error
             call.tool.retry_budget.record_success()
-            encoded = call.tool.codec.encode(value)
-            recorded = await self._record(
-                call, operation, owner, Outcome(Status.SUCCEEDED, result=encoded)
-            )
+            try:
+                encoded, value = call.tool.codec.normalise(value)
+                outcome = Outcome(Status.SUCCEEDED, result=encoded)
+            except ResultNotStored as unstorable:
+                outcome = self._not_stored(call, unstorable)
+            recorded = await self._record(call, operation, owner, outcome)
             if recorded is None:
                 raise self._unrecorded(call, operation)
+            if recorded.result is None:
+                raise _stored_failure(recorded)
             return _Answer(value, "executed", recorded)
         finally:
             reset_current(token)
@@ -464,7 +480,11 @@ class Guard:
                 envelope = ErrorEnvelope.model_validate_json(outcome.error or "")
             elif retry_allowed:
                 RETRIES.labels(call.tool.name).inc()
-                return _Retryable(envelope, outcome, self.ledger.clock.now())
+                recorded = await self._record(call, operation, owner, outcome)
+                if recorded is None:
+                    # Fenced off, or the ledger is gone: end with the failure seen (no effect).
+                    return WriteSafeError(envelope.with_operation(operation_info(operation)))
+                return _Retryable(envelope, recorded)
             else:
                 RETRIES_THROTTLED.labels(call.tool.name).inc()
                 throttled = True
@@ -473,6 +493,21 @@ class Guard:
             return self._unrecorded(call, operation)
         info = operation_info(recorded).model_copy(update={"throttled": throttled})
         return WriteSafeError(envelope.with_operation(info))
+
+    def _not_stored(self, call: GuardedCall, unstorable: ResultNotStored) -> Outcome:
+        """The write ran but its result cannot be kept: the operation succeeds without one, and
+        every caller with the key gets the same RESULT_NOT_STORED envelope instead of it."""
+        logger.warning("result of %s/%s not stored: %s", call.scope, call.key, unstorable)
+        envelope = self.codes.envelope(
+            Code.RESULT_NOT_STORED,
+            f"the write was applied, but its result was not stored: {unstorable}",
+        )
+        return Outcome(
+            status=Status.SUCCEEDED,
+            error=dumps_json(envelope.to_json_dict()),
+            code=envelope.code,
+            evidence=dumps_json(unstorable.evidence),
+        )
 
     def _exhausted(
         self, operation: OperationRecord, last: Outcome, envelope: ErrorEnvelope
@@ -493,18 +528,17 @@ class Guard:
         )
 
     async def _next_execution(
-        self, call: GuardedCall, operation: OperationRecord, owner: str, failure: _Retryable
-    ) -> OperationRecord:
-        """Record the failed execution and open the next one; a lost lease ends the call."""
-        intent = self._intent(call, owner)
+        self, call: GuardedCall, failure: _Retryable, owner: str
+    ) -> OperationRecord | None:
+        """Restart the failed operation for the next execution; None if another caller changed
+        it during the wait (the call then answers from what the ledger holds now)."""
         try:
-            row = await self.ledger.retry(operation, intent, failure.outcome, failure.failed_at)
+            return await self.ledger.restart(failure.failed, self._intent(call, owner))
         except LEDGER_ERRORS:
-            row = None
-        if row is None:
-            # Fenced off, or the ledger is gone: end with the failure seen (it had no effect).
-            raise WriteSafeError(failure.envelope.with_operation(operation_info(operation)))
-        return row
+            # The ledger is gone: end with the failure recorded (it had no effect).
+            raise WriteSafeError(
+                failure.envelope.with_operation(operation_info(failure.failed))
+            ) from None
 
     async def _record(
         self, call: GuardedCall, operation: OperationRecord, owner: str, outcome: Outcome
@@ -670,6 +704,20 @@ def _stored_envelope(operation: OperationRecord) -> ErrorEnvelope | None:
     return None if operation.error is None else ErrorEnvelope.model_validate_json(operation.error)
 
 
+def _stored_failure(operation: OperationRecord) -> WriteSafeError:
+    """The envelope an operation ended with, as every later caller gets it."""
+    stored = _stored_envelope(operation)
+    assert stored is not None, "an operation without a result ended with an envelope"
+    return WriteSafeError(stored.with_operation(operation_info(operation)))
+
+
+def _replayed(call: GuardedCall, operation: OperationRecord) -> _Answer:
+    """A succeeded operation's answer again: its result, or the envelope it has instead."""
+    if operation.result is None:
+        raise _stored_failure(operation)
+    return _Answer(call.tool.codec.decode(operation.result), "replayed", operation)
+
+
 def _retry_claim() -> AsyncRetrying:
     return AsyncRetrying(
         stop=stop_after_attempt(2), retry=retry_if_exception_type(LEDGER_ERRORS), reraise=True
@@ -706,6 +754,16 @@ def _failure_outcome(classification: Classification) -> Outcome:
         code=envelope.code,
         evidence=dumps_json(classification.evidence),
     )
+
+
+def _out_of_time(state: RetryCallState) -> NoReturn:
+    """The next wait would end past the call's time budget: end now with the recorded failure,
+    saying when to come back (the key continues then, under the continuation policy)."""
+    assert state.outcome is not None
+    failure = state.outcome.exception()
+    assert isinstance(failure, _Retryable)
+    envelope = defer(failure.envelope, state.upcoming_sleep)
+    raise WriteSafeError(envelope.with_operation(operation_info(failure.failed))) from failure
 
 
 def _leaving(error: BaseException) -> bool:

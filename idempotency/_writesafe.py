@@ -14,7 +14,7 @@ from idempotency._errors import invalid_input
 from idempotency._guard import LEDGER_ERRORS, Guard, GuardSettings
 from idempotency._keys import DEFAULT_SCOPE, validate_key
 from idempotency._keystore import RedisKeyStore
-from idempotency._results import ResultCodec
+from idempotency._results import ResultCodec, ResultNotStored
 from idempotency._settings import WriteSafeSettings
 from idempotency._spec import DEFAULT_LOOKUP_TIMEOUT, ToolSpec
 from idempotency._tool import Tool
@@ -91,6 +91,7 @@ class WriteSafe:
                 self.settings.redis_url,
                 prefix=self.settings.redis_prefix,
                 outcome_ttl=self.settings.outcome_ttl,
+                max_result_bytes=self.settings.redis_max_result_bytes,
             )
             if self.settings.redis_url
             else None
@@ -167,7 +168,7 @@ class WriteSafe:
                     parameters=[p for p in signature.parameters.values() if p.name != KEY_PARAMETER]
                 ),
                 adapter=adapter or DEFAULT_ADAPTER,
-                codec=ResultCodec(function),
+                codec=ResultCodec(function, self.settings.max_result_bytes),
                 timeout=timeout,
                 max_executions=max_executions,
                 wait_timeout=self.settings.wait_timeout if wait_timeout is None else wait_timeout,
@@ -375,6 +376,8 @@ class WriteSafe:
         spec = self._lookups.get(tool)
         try:
             return spec.encode(result) if spec is not None else canonical_json(result)
+        except ResultNotStored as unstorable:
+            raise invalid_input("result", str(unstorable)) from None
         except (ValueError, TypeError):
             raise invalid_input("result", "the result has no JSON form") from None
 

@@ -59,7 +59,15 @@ from reconciler._resolve import (
     resolve_operation,
 )
 from reconciler._response import DownstreamError, RawResponse, response_of
-from reconciler._retry import DEFAULT_RETRY_POLICY, RetryBudget, RetryPolicy, RetrySignal, wait_max
+from reconciler._retry import (
+    DEFAULT_MAX_ELAPSED,
+    DEFAULT_RETRY_POLICY,
+    RetryBudget,
+    RetryPolicy,
+    RetrySignal,
+    defer,
+    wait_max,
+)
 from reconciler._retry_after import MAX_RETRY_AFTER_MS, parse_retry_after
 from reconciler._rules import NOT_JSON, ResponseAdapter, Rule
 from reconciler._schema import envelope_json_schema
@@ -79,6 +87,7 @@ __all__ = [
     "BUILTIN_VERDICTS",
     "CODES",
     "DEFAULT_ADAPTER",
+    "DEFAULT_MAX_ELAPSED",
     "DEFAULT_RETRY_POLICY",
     "FIELD_LIMIT",
     "HTTP_STATUS",
@@ -142,6 +151,7 @@ __all__ = [
     "classify_exception",
     "decide_continuation",
     "decide_row",
+    "defer",
     "envelope_json_schema",
     "exception_evidence",
     "from_call_tool_result",

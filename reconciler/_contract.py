@@ -64,6 +64,7 @@ class Code(StrEnum):
     KEY_REUSED = "KEY_REUSED"
     RETRY_EXHAUSTED = "RETRY_EXHAUSTED"
     UNKNOWN_ERROR = "UNKNOWN_ERROR"
+    RESULT_NOT_STORED = "RESULT_NOT_STORED"
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,6 +110,9 @@ BUILTIN_VERDICTS: dict[str, Verdict] = {
     Code.KEY_REUSED: Verdict(_S.NONE, False, _A.CORRECT_INPUT, None),
     Code.RETRY_EXHAUSTED: Verdict(_S.NONE, False, _A.STOP, _D.RETRY_EXHAUSTED),
     Code.UNKNOWN_ERROR: Verdict(_S.UNKNOWN, False, _A.HANDOFF, _D.UNKNOWN),
+    # The write ran (its operation is `succeeded`) but its result could not be stored: no
+    # caller gets it, and the key never runs again. The contract has no "applied" side effect.
+    Code.RESULT_NOT_STORED: Verdict(_S.UNKNOWN, False, _A.HANDOFF, _D.UNKNOWN),
 }
 
 

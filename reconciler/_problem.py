@@ -33,6 +33,7 @@ HTTP_STATUS: dict[str, tuple[int, str]] = {
     Code.KEY_REUSED: (422, "Idempotency key reused"),
     Code.RETRY_EXHAUSTED: (503, "Retries exhausted"),
     Code.UNKNOWN_ERROR: (502, "Unknown error"),
+    Code.RESULT_NOT_STORED: (502, "Result not stored"),
 }
 """Status and title of each built-in code (409 and 422 for keys, as the IETF Idempotency-Key
 draft uses them)."""

@@ -39,6 +39,7 @@ WEBMCP_CODES: dict[str, WebMcpCode] = {
     Code.KEY_REUSED: _W.INVALID_INPUT,
     Code.RETRY_EXHAUSTED: _W.FAILED,
     Code.UNKNOWN_ERROR: _W.FAILED,
+    Code.RESULT_NOT_STORED: _W.FAILED,
 }
 """The WebMCP code of each built-in code. Nothing writesafe produces is `cancelled`: a cancelled
 write may have run, so the guard reports it as OUTCOME_UNKNOWN (rendered `interrupted`)."""
