@@ -42,6 +42,7 @@ from idempotency._metrics import (
     RETRIES_THROTTLED,
     answered,
 )
+from idempotency._reads import run_read
 from idempotency._results import ResultNotStored
 from idempotency._spec import GuardedCall
 from idempotency._tracing import traced_call
@@ -56,21 +57,27 @@ from ledger import (
     dumps_json,
 )
 from reconciler import (
+    LEDGER,
     Classification,
     Code,
     CodeRegistry,
     Continuation,
     ErrorEnvelope,
     FailedOperation,
+    Lost,
     OperationInfo,
     RetrySignal,
     RowAction,
     SideEffects,
+    Untrusted,
+    answer_failure,
     decide_continuation,
     decide_row,
     defer,
-    exception_evidence,
+    exhausted,
+    failure_of,
     operation_info,
+    replay_timed,
 )
 
 logger = logging.getLogger("writesafe")
@@ -165,6 +172,10 @@ class Guard:
         started = time.perf_counter()
         answer = "error"
         try:
+            if call.tool.read_only:
+                value = await run_read(call, self.codes, self.ledger.clock)
+                answer = "executed"
+                return value, False
             result = await self._call(call)
             answer = result.kind
             return result.value, result.kind != "executed"
@@ -187,7 +198,7 @@ class Guard:
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(asyncio.shield(leader), deadline - loop.time())
                 if not leader.done():
-                    raise self._in_progress(call, None)
+                    raise await self._in_progress(call, None)
             # A different payload does not wait: the stores answer it (KEY_REUSED, or a
             # continuation once the first call has failed).
             return await self._lead(call, deadline)
@@ -212,7 +223,7 @@ class Guard:
                 return step
             remaining = deadline - loop.time()
             if remaining <= 0:
-                raise self._in_progress(call, step.retry_after_ms)
+                raise await self._in_progress(call, step.retry_after_ms)
             if step.retry_after_ms:
                 await asyncio.sleep(min(pause, remaining))
                 pause = min(pause * 2, _MAX_POLL_SECONDS)
@@ -359,7 +370,9 @@ class Guard:
         if decision is Continuation.KEY_REUSED:
             raise self._key_reused(call, operation.tool, operation_info(operation))
         if decision is Continuation.STORED_FAILURE:
-            envelope = stored or self.codes.envelope(Code.UNKNOWN_ERROR, "failed")
+            envelope = stored or self.codes.envelope(
+                Code.UNKNOWN_ERROR, "failed", cause=Untrusted.NO_STORED_FAILURE
+            )
             raise WriteSafeError(envelope.with_operation(operation_info(operation)))
         leased_at = time.monotonic()
         restarted = await self.ledger.restart(operation, self._intent(call, owner))
@@ -447,6 +460,9 @@ class Guard:
                     await asyncio.shield(self._record(call, operation, owner, outcome))
                     raise
                 raise await self._failed(call, operation, owner, classification) from error
+            stated = answer_failure(call.tool.adapter, value, self.codes)
+            if stated is not None:  # a successful answer that says it failed
+                raise await self._failed(call, operation, owner, stated)
             call.tool.retry_budget.record_success()
             try:
                 encoded, value = call.tool.codec.normalise(value)
@@ -488,10 +504,14 @@ class Guard:
             else:
                 RETRIES_THROTTLED.labels(call.tool.name).inc()
                 throttled = True
+                envelope = call.tool.retry_policy.timed(envelope, operation.executions)
+                outcome = _failure_outcome(Classification(envelope, classification.evidence))
         recorded = await self._record(call, operation, owner, outcome)
         if recorded is None:
             return self._unrecorded(call, operation)
         info = operation_info(recorded).model_copy(update={"throttled": throttled})
+        settle = call.tool.settle_after if call.tool.lookup is not None else None
+        envelope = replay_timed(envelope, settle)
         return WriteSafeError(envelope.with_operation(info))
 
     def _not_stored(self, call: GuardedCall, unstorable: ResultNotStored) -> Outcome:
@@ -513,15 +533,11 @@ class Guard:
         self, operation: OperationRecord, last: Outcome, envelope: ErrorEnvelope
     ) -> Outcome:
         """The operation ends RETRY_EXHAUSTED; its last attempt keeps the answer it really got."""
-        exhausted = self.codes.envelope(
-            Code.RETRY_EXHAUSTED,
-            f"gave up after {operation.executions} executions; the last answer was "
-            f"{envelope.code}: {envelope.message}",
-        )
+        gave_up = exhausted(envelope, operation.executions, self.codes)
         return Outcome(
             status=Status.FAILED,
-            error=dumps_json(exhausted.to_json_dict()),
-            code=exhausted.code,
+            error=dumps_json(gave_up.to_json_dict()),
+            code=gave_up.code,
             evidence=last.evidence,
             attempt_error=last.error,
             attempt_code=last.code,
@@ -535,10 +551,11 @@ class Guard:
         try:
             return await self.ledger.restart(failure.failed, self._intent(call, owner))
         except LEDGER_ERRORS:
-            # The ledger is gone: end with the failure recorded (it had no effect).
-            raise WriteSafeError(
-                failure.envelope.with_operation(operation_info(failure.failed))
-            ) from None
+            # The ledger is gone: end with the failure recorded (it had no effect), and when to
+            # come back.
+            failed = failure.failed
+            envelope = call.tool.retry_policy.timed(failure.envelope, failed.executions)
+            raise WriteSafeError(envelope.with_operation(operation_info(failed))) from None
 
     async def _record(
         self, call: GuardedCall, operation: OperationRecord, owner: str, outcome: Outcome
@@ -615,20 +632,15 @@ class Guard:
                 "this execution's lease ran out while the write ran (a stall, or renewals that "
                 "failed); it may have been applied"
             )
-            envelope = self.codes.envelope(Code.OUTCOME_UNKNOWN, message)
+            envelope = self.codes.envelope(Code.OUTCOME_UNKNOWN, message, cause=Lost.INTERRUPTED)
             return Classification(envelope, {"fence": "closed after the write started"})
         if timed_out:
             message = (
                 f"the write did not finish within {call.tool.timeout}s; it may have been applied"
             )
-            envelope = self.codes.envelope(Code.OUTCOME_UNKNOWN, message)
+            envelope = self.codes.envelope(Code.OUTCOME_UNKNOWN, message, cause=Lost.TIMEOUT)
             return Classification(envelope, {"timeout_seconds": call.tool.timeout})
-        try:
-            return call.tool.adapter.classify(error, self.codes)
-        except Exception as broken:  # an adapter must never turn a failure into a crash
-            logger.exception("adapter %s failed to classify an error", call.tool.adapter.name)
-            envelope = self.codes.envelope(Code.UNKNOWN_ERROR, "the adapter failed to classify")
-            return Classification(envelope, exception_evidence(broken))
+        return failure_of(call.tool.adapter, error, self.codes)
 
     def _replay_cached(self, call: GuardedCall, cached: CachedOutcome) -> _Answer:
         if cached.fingerprint != call.fingerprint:
@@ -651,12 +663,28 @@ class Guard:
             )
         )
 
-    def _in_progress(self, call: GuardedCall, retry_after_ms: int | None) -> WriteSafeError:
+    async def _in_progress(self, call: GuardedCall, retry_after_ms: int | None) -> WriteSafeError:
+        """IN_PROGRESS naming the operation (its key may have been derived, so the caller may
+        not know it otherwise); read from the ledger, else as much as this call knows."""
+        row = None
+        with contextlib.suppress(*LEDGER_ERRORS):
+            row = await self.ledger.get(call.scope, call.key)
+        info = (
+            operation_info(row)
+            if row is not None
+            else OperationInfo(
+                key=call.key,
+                status=Status.IN_FLIGHT.value,
+                attempt=0,
+                attempts_left=call.tool.max_executions,
+            )
+        )
         return WriteSafeError(
             self.codes.envelope(
                 Code.IN_PROGRESS,
                 f"another call with key {call.key!r} is executing",
                 retry_after_ms=retry_after_ms or 1_000,
+                operation=info,
             )
         )
 
@@ -668,6 +696,7 @@ class Guard:
                 "the ledger is unavailable; the write was not started",
                 retry_after_ms=1_000,
                 side_effects=SideEffects.NONE,
+                cause=LEDGER,
                 operation=operation,
             )
         )
@@ -686,6 +715,7 @@ class Guard:
                 Code.OUTCOME_UNKNOWN,
                 "the ledger is unavailable; an earlier execution may have been applied",
                 retry_after_ms=1_000,
+                cause=LEDGER,
                 operation=operation_info(operation),
             )
         )
@@ -695,6 +725,7 @@ class Guard:
             self.codes.envelope(
                 Code.OUTCOME_UNKNOWN,
                 "the write ran but its outcome could not be recorded; reconcile before retrying",
+                cause=LEDGER,
                 operation=operation_info(operation),
             )
         )

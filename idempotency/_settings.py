@@ -21,7 +21,14 @@ class WriteSafeSettings(BaseSettings):
     redis_prefix: str = "writesafe"
     lease_seconds: float = Field(default=15.0, gt=0)
     wait_timeout: float = Field(default=5.0, ge=0)
-    outcome_ttl: float = Field(default=86_400.0, gt=0)
+    outcome_ttl: float = Field(
+        default=86_400.0, gt=0, description="seconds Redis keeps a final outcome; at most retention"
+    )
+    retention: float = Field(
+        default=86_400.0,
+        gt=0,
+        description="seconds a final operation and its attempts are kept (docs/operations.md)",
+    )
     max_result_bytes: int = Field(
         default=DEFAULT_MAX_RESULT_BYTES,
         ge=1,

@@ -18,10 +18,10 @@ exported by whatever SDK the application configured. Metrics stay Prometheus.
 from __future__ import annotations
 
 import functools
-from collections.abc import Awaitable, Callable, MutableMapping
+from collections.abc import Awaitable, Callable, Coroutine, MutableMapping
 from contextvars import ContextVar
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Concatenate, ParamSpec, TypeVar
+from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, TypeVar
 
 from idempotency._context import current_operation
 from idempotency._errors import WriteSafeError
@@ -129,8 +129,8 @@ def traced_call(
 
 
 def traced_reconcile(
-    reconcile: Callable[Concatenate[S, P], Awaitable[ReconcileReport]],
-) -> Callable[Concatenate[S, P], Awaitable[ReconcileReport]]:
+    reconcile: Callable[Concatenate[S, P], Coroutine[Any, Any, ReconcileReport]],
+) -> Callable[Concatenate[S, P], Coroutine[Any, Any, ReconcileReport]]:
     """Decorate `WriteSafe.reconcile`: a `writesafe.reconcile` span, the pass's lookups its
     children, its report's counts as attributes."""
 

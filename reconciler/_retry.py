@@ -17,7 +17,7 @@ from tenacity import RetryCallState, stop_before_delay, wait_exception, wait_ran
 from tenacity.stop import stop_base
 from tenacity.wait import wait_base
 
-from reconciler._contract import ErrorEnvelope
+from reconciler._contract import Code, CodeRegistry, ErrorEnvelope, NextAction
 
 
 class RetrySignal(Exception):
@@ -76,6 +76,14 @@ class RetryPolicy:
         (the guard's first execution runs before its retry controller exists)."""
         return stop_before_delay(self.max_elapsed - spent)
 
+    def timed(self, envelope: ErrorEnvelope, executions: int) -> ErrorEnvelope:
+        """`envelope`, with this policy's backoff after `executions` as its delay where it is
+        retryable and states none: a caller handed a retryable failure must learn when."""
+        if not envelope.retryable or envelope.retry_after_ms is not None:
+            return envelope
+        seconds = min(self.maximum, self.initial * 2 ** max(executions, 0))
+        return envelope.model_copy(update={"retry_after_ms": math.ceil(seconds * 1000)})
+
 
 def defer(envelope: ErrorEnvelope, wait_seconds: float) -> ErrorEnvelope:
     """The retryable failure a call ends with instead of waiting `wait_seconds`: come back no
@@ -112,6 +120,28 @@ class RetryBudget:
         with self._lock:
             self.tokens = max(0.0, self.tokens - 1)
             return self.tokens > self.max_tokens / 2
+
+
+def replay_timed(envelope: ErrorEnvelope, settle_seconds: float | None) -> ErrorEnvelope:
+    """`envelope`, with the settle window as its delay where it asks for reconciliation and
+    states none: a lookup cannot prove absence sooner, so coming back earlier gains nothing.
+    `settle_seconds` is None for a tool without a lookup: no wait would change its answer."""
+    if (
+        settle_seconds is None
+        or envelope.next_action is not NextAction.RECONCILE
+        or envelope.retry_after_ms is not None
+    ):
+        return envelope
+    return envelope.model_copy(update={"retry_after_ms": math.ceil(settle_seconds * 1000)})
+
+
+def exhausted(last: ErrorEnvelope, executions: int, codes: CodeRegistry) -> ErrorEnvelope:
+    """RETRY_EXHAUSTED after `executions`, whose last answer was `last` (named as its cause)."""
+    return codes.envelope(
+        Code.RETRY_EXHAUSTED,
+        f"gave up after {executions} executions; the last answer was {last.code}: {last.message}",
+        cause=last.code,
+    )
 
 
 DEFAULT_RETRY_POLICY = RetryPolicy()

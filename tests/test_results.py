@@ -9,7 +9,7 @@ import datetime
 import decimal
 import itertools
 import math
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
@@ -34,6 +34,19 @@ def deep(depth: int) -> list[Any]:
     return value
 
 
+class Write:
+    """A tool named `write` on `ws` that returns `make_result()`, counting its executions."""
+
+    def __init__(self, ws: WriteSafe, make_result: Callable[[], Any]) -> None:
+        self.executions = 0
+
+        async def write() -> Any:
+            self.executions += 1
+            return make_result()
+
+        self.tool = ws.tool("write")(write)
+
+
 UNFAITHFUL = [
     pytest.param(math.nan, None, id="nan"),
     pytest.param({"a": math.inf, "b": -math.inf}, {"a": None, "b": None}, id="infinities"),
@@ -48,19 +61,14 @@ UNFAITHFUL = [
 async def test_a_result_json_changes_reaches_the_first_caller_as_replays_get_it(
     make_ws: MakeWriteSafe, result: Any, stored: Any
 ) -> None:
-    ws, executions = make_ws(), 0
+    ws = make_ws()
+    write = Write(ws, lambda: result)
 
-    @ws.tool("write")
-    async def write() -> Any:
-        nonlocal executions
-        executions += 1
-        return result
-
-    first = await write(idempotency_key="k")
+    first = await write.tool(idempotency_key="k")
     await ws._guard.flush()
     assert repr(first) == repr(stored)
-    assert repr(await write(idempotency_key="k")) == repr(first)
-    assert executions == 1
+    assert repr(await write.tool(idempotency_key="k")) == repr(first)
+    assert write.executions == 1
 
 
 async def test_the_declared_type_is_what_every_caller_gets(make_ws: MakeWriteSafe) -> None:
@@ -87,16 +95,11 @@ UNSTORABLE = [
 async def test_an_unstorable_result_is_result_not_stored_for_every_caller_and_never_reruns(
     make_ws: MakeWriteSafe, backend: str, make_result: Any, reason: str
 ) -> None:
-    ws, executions = make_ws(), 0
-
-    @ws.tool("write")
-    async def write() -> Any:
-        nonlocal executions
-        executions += 1
-        return make_result()
+    ws = make_ws()
+    write = Write(ws, make_result)
 
     with pytest.raises(WriteSafeError) as first:
-        await write(idempotency_key="k")
+        await write.tool(idempotency_key="k")
     envelope = first.value.envelope
     assert (envelope.code, envelope.retryable, envelope.next_action) == (
         Code.RESULT_NOT_STORED,
@@ -107,11 +110,11 @@ async def test_an_unstorable_result_is_result_not_stored_for_every_caller_and_ne
     assert envelope.operation.status == "succeeded"
     await ws._guard.flush()
     elsewhere = make_ws().tool("write")(_never)  # another worker
-    for replay in (write, elsewhere):
+    for replay in (write.tool, elsewhere):
         with pytest.raises(WriteSafeError) as again:
             await replay(idempotency_key="k")
         assert again.value.envelope.to_json_dict() == envelope.to_json_dict()
-    assert executions == 1
+    assert write.executions == 1
 
     status = await ws.status("k")
     assert status is not None
