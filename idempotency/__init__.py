@@ -30,9 +30,11 @@ from idempotency._errors import WriteSafeError
 from idempotency._fence import LeaseLost
 from idempotency._httpx import FencedTransport, SyncFencedTransport, fenced_client
 from idempotency._keys import DEFAULT_SCOPE, MAX_KEY_LENGTH
+from idempotency._logging import OperationFilter, configure_logging
 from idempotency._settings import WriteSafeSettings
 from idempotency._sync import SyncTool, SyncWriteSafe
 from idempotency._tool import Invocation, Tool
+from idempotency._tracing import inject_trace_context, instrument_tracing, uninstrument_tracing
 from idempotency._writesafe import WriteSafe
 from ledger import Status
 from reconciler import (
@@ -82,6 +84,7 @@ __all__ = [
     "LookupOperation",
     "NotFound",
     "OperationContext",
+    "OperationFilter",
     "OperationNotFound",
     "OperationStatus",
     "ReconcileReport",
@@ -99,12 +102,16 @@ __all__ = [
     "WriteSafeSettings",
     "add_mcp_tool",
     "add_problem_handlers",
+    "configure_logging",
     "current_operation",
     "fenced_client",
     "idempotent_django_view",
     "idempotent_flask_view",
     "idempotent_route",
     "idempotent_task",
+    "inject_trace_context",
+    "instrument_tracing",
+    "uninstrument_tracing",
 ]
 
 

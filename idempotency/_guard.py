@@ -34,6 +34,7 @@ from idempotency._fills import CacheFills
 from idempotency._gate import Resumed, replay_gate
 from idempotency._keystore import CachedOutcome, LeaseState, RedisKeyStore
 from idempotency._leases import HeldLease, LeaseKeeper
+from idempotency._logging import logged_call
 from idempotency._metrics import (
     EXECUTIONS,
     LEASES_LOST,
@@ -44,6 +45,7 @@ from idempotency._metrics import (
 from idempotency._reads import run_read
 from idempotency._results import ResultNotStored
 from idempotency._spec import GuardedCall
+from idempotency._tracing import traced_call
 from ledger import (
     Claim,
     Intent,
@@ -162,6 +164,8 @@ class Guard:
         value, _ = await self.run(call)
         return value
 
+    @logged_call
+    @traced_call
     async def run(self, call: GuardedCall) -> tuple[Any, bool]:
         """The call's result, and whether it was replayed rather than executed by this call
         (integrations tell their callers, e.g. HTTP `Idempotent-Replayed: true`)."""

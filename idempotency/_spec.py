@@ -9,6 +9,7 @@ from typing import Any
 
 from idempotency._arguments import BoundCall
 from idempotency._results import ResultCodec
+from idempotency._tracing import traced_execution, traced_lookup
 from reconciler import (
     DEFAULT_REDACTION,
     Adapter,
@@ -48,7 +49,7 @@ class ToolSpec:
         """How reconciliation asks this tool's downstream system about an unknown outcome."""
         return LookupSpec(
             tool=self.name,
-            lookup=self.lookup,
+            lookup=None if self.lookup is None else traced_lookup(self.lookup),
             settle_after=self.settle_after,
             timeout=self.lookup_timeout,
             encode=self.codec.encode,
@@ -71,4 +72,4 @@ class GuardedCall:
         kwargs = dict(self.bound.kwargs)
         if self.tool.passes_key:
             kwargs["idempotency_key"] = self.key
-        return self.tool.function(*self.bound.args, **kwargs)
+        return traced_execution(self.tool.name, self.tool.function(*self.bound.args, **kwargs))

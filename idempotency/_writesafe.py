@@ -19,6 +19,7 @@ from idempotency._settings import WriteSafeSettings
 from idempotency._spec import DEFAULT_LOOKUP_TIMEOUT, ToolSpec
 from idempotency._sync import SyncTool, SyncWriteSafe, async_face, threaded_lookup
 from idempotency._tool import Tool
+from idempotency._tracing import traced_reconcile
 from ledger import Clock, Ledger, LedgerNotMigrated, canonical_json, loads_json
 from reconciler import (
     CODES,
@@ -355,6 +356,7 @@ class WriteSafe:
             self._reconciler = Reconciler(self.ledger, self._lookups, self.codes, policy)
         return self._reconciler
 
+    @traced_reconcile
     async def reconcile(
         self,
         *,
@@ -400,7 +402,8 @@ class WriteSafe:
         result: Any = None,
         evidence: Mapping[str, Any] | None = None,
     ) -> OperationStatus:
-        """An operator settles a `needs_attention` operation, on the record (who, why, evidence).
+        """An operator settles a `needs_attention` or `outcome_unknown` operation, on the record
+        (who, why, evidence).
 
         `succeeded` stores `result` as the operation's result (callers with the key get it);
         `failed` declares the effect absent. Any other state raises `ResolutionRefused`

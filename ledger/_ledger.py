@@ -15,11 +15,12 @@ from __future__ import annotations
 import builtins
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from sqlalchemy import (
     ColumnElement,
+    Integer,
     Select,
     and_,
     column,
@@ -196,6 +197,7 @@ class Ledger:
         tool: str | None = None,
         scope: str | None = None,
         updated_before: datetime | None = None,
+        lease_expired_at: datetime | None = None,
         after: tuple[datetime, int] | None = None,
         limit: int = 100,
     ) -> list[OperationRecord]:
@@ -203,6 +205,7 @@ class Ledger:
 
         Keyset pagination: pass the `(updated_at, id)` of the last row seen as `after` to get the
         rows that follow it; unlike an offset, a page stays correct while rows are added.
+        `lease_expired_at`: only rows whose lease had run out by then (crashed or stalled writers).
         """
         query = select(operations).order_by(operations.c.updated_at, operations.c.id).limit(limit)
         if statuses:
@@ -213,6 +216,8 @@ class Ledger:
             query = query.where(operations.c.scope == scope)
         if updated_before is not None:
             query = query.where(operations.c.updated_at <= updated_before)
+        if lease_expired_at is not None:
+            query = query.where(operations.c.lease_expires_at <= lease_expired_at)
         if after is not None:
             updated_at, last_id = after
             query = query.where(
@@ -240,6 +245,36 @@ class Ledger:
         async with self.engine.connect() as conn:
             counted = {Status(status): n for status, n in (await conn.execute(query)).all()}
         return {status: counted.get(status, 0) for status in statuses}
+
+    async def count_by_hour(
+        self, *, scope: str, since: datetime
+    ) -> builtins.list[tuple[datetime, Status, int]]:
+        """`(hour, status, count)` of `scope`'s operations last changed since `since`, by the UTC
+        hour of that change: a picture of the ledger over time, served by the scope index."""
+        updated = operations.c.updated_at
+        # The hour as whole hours since the epoch, whatever the session's time zone (SQLite
+        # keeps UTC text and may lack floor(); PostgreSQL's epoch is fractional).
+        hour = (
+            sql_cast(func.strftime("%s", updated), Integer) // 3600
+            if self.is_sqlite
+            else func.floor(func.extract("epoch", updated) / 3600)
+        ).label("hour")
+        query = (
+            select(hour, operations.c.status, func.count())
+            .where(
+                operations.c.scope == scope,
+                operations.c.status.in_([s.value for s in Status]),
+                updated >= since,
+            )
+            .group_by(hour, operations.c.status)
+        )
+        async with self.engine.connect() as conn:
+            rows = (await conn.execute(query)).all()
+        epoch_start = datetime(1970, 1, 1, tzinfo=UTC)
+        return [
+            (epoch_start + timedelta(hours=int(n)), Status(status), count)
+            for n, status, count in rows
+        ]
 
     async def ping(self) -> None:
         """Raise unless the database answers a trivial query."""

@@ -62,6 +62,7 @@ from reconciler._problem import (
 from reconciler._reconcile import ReconcilePolicy, Reconciler, ReconcileReport
 from reconciler._redaction import DEFAULT_REDACTION, REDACTED, Redaction, Redactor, redact_text
 from reconciler._resolve import (
+    RESOLVABLE,
     OperationNotFound,
     Resolution,
     ResolutionRefused,
@@ -118,6 +119,7 @@ __all__ = [
     "NOT_JSON",
     "PROBLEM_MEDIA_TYPE",
     "REDACTED",
+    "RESOLVABLE",
     "SCHEMA",
     "WEBMCP_CODES",
     "Absence",

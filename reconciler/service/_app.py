@@ -15,6 +15,7 @@ from starlette.exceptions import HTTPException
 from idempotency import WriteSafe, WriteSafeError
 from ledger import ApiKeys, LedgerNotMigrated
 from reconciler.service._auth import Authenticator, require_admin, require_operator
+from reconciler.service._console import console_router
 from reconciler.service._context import ServiceContext
 from reconciler.service._cursor import Cursors
 from reconciler.service._health import health_router
@@ -78,6 +79,7 @@ def create_app(ws: WriteSafe, settings: ServiceSettings | None = None) -> Servic
     app.include_router(health_router(ctx, require_admin(authenticate)))
     app.include_router(operations_router(ctx, authenticate, operator))
     app.include_router(reconcile_router(ctx, operator))
+    app.include_router(console_router(ctx, authenticate, operator))
     app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes)
     app.add_middleware(RequestMetrics)
     return app

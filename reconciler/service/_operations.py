@@ -86,64 +86,20 @@ def operations_router(
         query: Annotated[ListQuery, Query()],
     ) -> OperationPage:
         _refuse_repeated(request)
-        if query.tool is not None and not _usable(query.tool):
-            return OperationPage(items=[], next_cursor=None)  # no tool can have that name
-        after = None if query.cursor is None else _position(ctx, query.cursor, caller.scope)
-        await ctx.ws.guard()
-        ledger = ctx.ws.ledger
-        updated_before = (
-            None
-            if query.older_than is None
-            else ledger.clock.now() - timedelta(seconds=query.older_than)
-        )
-        rows = await read(
-            "a listing",
-            lambda: ledger.list(
-                statuses=query.status,
-                tool=query.tool,
-                scope=caller.scope,
-                updated_before=updated_before,
-                after=after,
-                limit=query.limit + 1,
-            ),
-        )
-        page = rows[: query.limit]
-        return OperationPage(
-            items=[OperationSummary.from_record(row) for row in page],
-            next_cursor=(
-                ctx.cursors.seal(page[-1], caller.scope) if len(rows) > query.limit else None
-            ),
-        )
+        return await list_page(ctx, caller.scope, query)
 
     @router.post(
         "/operations/{key}/resolve",
         response_model=OperationStatus,
         responses=problems(401, 403, 404, 409, 413, 422, 429, 503),
-        summary="Resolve a needs_attention operation as succeeded or failed (operators; audited)",
+        summary="Resolve a needs_attention or outcome_unknown operation (operators; audited)",
     )
     async def resolve_operation(
         key: KeyPath,
         body: Annotated[ResolveRequest, Body()],
         caller: Annotated[Principal, Depends(operator)],
     ) -> OperationStatus:
-        if not _usable(key):
-            raise HTTPException(404, _NOT_FOUND)
-        try:
-            resolved = await ctx.ws.resolve(
-                key,
-                scope=caller.scope,
-                outcome=body.outcome,
-                reason=body.reason,
-                actor=caller.actor,
-                result=body.result if isinstance(body, ResolveSucceeded) else None,
-                evidence=body.evidence,
-            )
-        except OperationNotFound as error:
-            raise HTTPException(404, _NOT_FOUND) from error
-        except ResolutionRefused as error:
-            raise HTTPException(409, str(error)) from error
-        RESOLUTIONS.labels(body.outcome).inc()
-        return resolved
+        return await resolve(ctx, key, caller, body)
 
     return router
 
@@ -167,6 +123,60 @@ def _position(ctx: ServiceContext, cursor: str, scope: str) -> tuple[datetime, i
         raise RequestValidationError(
             [{"type": "cursor_invalid", "loc": ("query", "cursor"), "msg": str(error)}]
         ) from error
+
+
+async def list_page(ctx: ServiceContext, scope: str, query: ListQuery) -> OperationPage:
+    """One page of `scope`'s operations matching `query` (the API's listing and the console's)."""
+    if query.tool is not None and not _usable(query.tool):
+        return OperationPage(items=[], next_cursor=None)  # no tool can have that name
+    after = None if query.cursor is None else _position(ctx, query.cursor, scope)
+    await ctx.ws.guard()
+    ledger = ctx.ws.ledger
+    updated_before = (
+        None
+        if query.older_than is None
+        else await ledger.now() - timedelta(seconds=query.older_than)
+    )
+    rows = await read(
+        "a listing",
+        lambda: ledger.list(
+            statuses=query.status,
+            tool=query.tool,
+            scope=scope,
+            updated_before=updated_before,
+            after=after,
+            limit=query.limit + 1,
+        ),
+    )
+    page = rows[: query.limit]
+    return OperationPage(
+        items=[OperationSummary.from_record(row) for row in page],
+        next_cursor=ctx.cursors.seal(page[-1], scope) if len(rows) > query.limit else None,
+    )
+
+
+async def resolve(
+    ctx: ServiceContext, key: str, caller: Principal, body: ResolveRequest
+) -> OperationStatus:
+    """`caller`'s verdict on `key` in its scope, audited; 404 when absent, 409 when settled."""
+    if not _usable(key):
+        raise HTTPException(404, _NOT_FOUND)
+    try:
+        resolved = await ctx.ws.resolve(
+            key,
+            scope=caller.scope,
+            outcome=body.outcome,
+            reason=body.reason,
+            actor=caller.actor,
+            result=body.result if isinstance(body, ResolveSucceeded) else None,
+            evidence=body.evidence,
+        )
+    except OperationNotFound as error:
+        raise HTTPException(404, _NOT_FOUND) from error
+    except ResolutionRefused as error:
+        raise HTTPException(409, str(error)) from error
+    RESOLUTIONS.labels(body.outcome).inc()
+    return resolved
 
 
 def _refuse_repeated(request: Request) -> None:
