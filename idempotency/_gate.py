@@ -19,8 +19,9 @@ from reconciler import (
     Code,
     CodeRegistry,
     ErrorEnvelope,
-    LookupOutcome,
-    after_absence,
+    Established,
+    ProvenAbsent,
+    judge_lookup,
     operation_info,
     run_lookup,
 )
@@ -75,21 +76,21 @@ async def replay_gate(
     started_at = await ledger.now()  # the ledger's clock judges the settle window
     check = await run_lookup(spec, operation, await ledger.attempts(operation.id), started_at)
     audit = check.attempt(ACTOR, intent.owner)
-    if check.outcome is LookupOutcome.FOUND:
-        assert check.result is not None
+    verdict = judge_lookup(check, operation, codes)
+    if isinstance(verdict, Established):
         found = await ledger.settle(
             operation,
             AttemptKind.LOOKUP,
             audit,
             status=Status.SUCCEEDED,
-            result=check.result,
+            result=verdict.result,
             next_check_at=None,
         )
         if found is None:
             return None
-        return Reconciled(call.tool.codec.decode(check.result), found)
-    if check.outcome is LookupOutcome.NOT_FOUND:
-        absence = after_absence(operation, codes)
+        return Reconciled(call.tool.codec.decode(verdict.result), found)
+    if isinstance(verdict, ProvenAbsent):
+        absence = verdict.absence
         if absence.continues:
             await ledger.record_attempt(operation.id, AttemptKind.LOOKUP, **audit)
             leased_at = time.monotonic()

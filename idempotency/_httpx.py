@@ -5,7 +5,8 @@ A transport, not an event hook, because a transport runs once per request actual
 guarded write it admits the request through the execution's fence (`LeaseLost` if the lease may
 have run out) and forwards the operation's key and fencing token, so a downstream that
 deduplicates on the key, or refuses tokens lower than the highest it has seen for a key, is safe
-even from a writer that stalled past its fence. Outside a guarded write it only passes requests on.
+even from a writer that stalled past its fence; with tracing on, the execution span's trace context
+goes along (`traceparent`). Outside a guarded write it only passes requests on.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from typing import Any
 import httpx
 
 from idempotency._context import OperationContext, current_operation
+from idempotency._tracing import inject_trace_context
 
 KEY_HEADER = "Idempotency-Key"
 TOKEN_HEADER = "Fencing-Token"
@@ -43,6 +45,7 @@ class _Fencing:
         if self._key_header not in request.headers:  # a key the caller set itself stays
             request.headers[self._key_header] = self._key_value(operation)
         request.headers[self._token_header] = str(operation.fencing_token)
+        inject_trace_context(request.headers)  # the execution's span, when tracing is on
 
 
 class FencedTransport(httpx.AsyncBaseTransport):

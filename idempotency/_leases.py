@@ -13,6 +13,7 @@ import asyncio
 import contextlib
 import logging
 import time
+from contextvars import Context
 from dataclasses import dataclass
 
 from idempotency._fence import Fence
@@ -65,7 +66,9 @@ class LeaseKeeper:
         self._held[lease.operation_id] = lease
         task = self._task
         if task is None or task.done() or task.get_loop() is not asyncio.get_running_loop():
-            self._task = asyncio.create_task(self._renew_while_held())
+            # In a context of its own: the task serves every held lease, so the call that
+            # happened to start it must not lend it its operation (log fields) or its span.
+            self._task = asyncio.create_task(self._renew_while_held(), context=Context())
 
     def release(self, lease: HeldLease) -> None:
         if self._held.get(lease.operation_id) == lease:

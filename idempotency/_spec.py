@@ -9,7 +9,16 @@ from typing import Any
 
 from idempotency._arguments import BoundCall
 from idempotency._results import ResultCodec
-from reconciler import Adapter, Lookup, LookupSpec, RetryBudget, RetryPolicy
+from idempotency._tracing import traced_execution, traced_lookup
+from reconciler import (
+    DEFAULT_REDACTION,
+    Adapter,
+    Lookup,
+    LookupSpec,
+    Redaction,
+    RetryBudget,
+    RetryPolicy,
+)
 
 DEFAULT_LOOKUP_TIMEOUT = 5.0
 
@@ -33,15 +42,18 @@ class ToolSpec:
     retry_policy: RetryPolicy
     retry_budget: RetryBudget
     lookup_timeout: float = DEFAULT_LOOKUP_TIMEOUT
+    redaction: Redaction = DEFAULT_REDACTION
+    read_only: bool = False  # no effect to protect: no key needed, nothing recorded
 
     def lookup_spec(self) -> LookupSpec:
         """How reconciliation asks this tool's downstream system about an unknown outcome."""
         return LookupSpec(
             tool=self.name,
-            lookup=self.lookup,
+            lookup=None if self.lookup is None else traced_lookup(self.lookup),
             settle_after=self.settle_after,
             timeout=self.lookup_timeout,
             encode=self.codec.encode,
+            redaction=self.redaction,
         )
 
 
@@ -60,4 +72,4 @@ class GuardedCall:
         kwargs = dict(self.bound.kwargs)
         if self.tool.passes_key:
             kwargs["idempotency_key"] = self.key
-        return self.tool.function(*self.bound.args, **kwargs)
+        return traced_execution(self.tool.name, self.tool.function(*self.bound.args, **kwargs))

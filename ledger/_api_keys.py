@@ -22,10 +22,12 @@ api_keys = cast(Table, ApiKey.__table__)
 
 
 class Role(StrEnum):
-    """What a key may do: `reader` reads its scope; `operator` also reconciles and resolves."""
+    """What a key may do: `reader` reads its scope; `operator` also reconciles and resolves its
+    scope; `admin` also acts deployment-wide (reconciles every scope, reads the metrics)."""
 
     READER = "reader"
     OPERATOR = "operator"
+    ADMIN = "admin"
 
 
 @dataclass(frozen=True, slots=True)

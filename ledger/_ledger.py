@@ -15,18 +15,21 @@ from __future__ import annotations
 import builtins
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from sqlalchemy import (
     ColumnElement,
+    Integer,
     Select,
     and_,
     column,
     func,
     insert,
+    literal,
     or_,
     select,
+    union_all,
     update,
     values,
 )
@@ -43,6 +46,7 @@ from ledger._engine import (
 )
 from ledger._lease_watch import LeaseWatch
 from ledger._migrations import ensure_current, upgrade
+from ledger._models import status_in
 from ledger._pg_writer import PostgresWriter
 from ledger._records import AttemptKind, AttemptRecord, OperationRecord
 from ledger._sqlite_writer import SqliteWriter
@@ -193,6 +197,7 @@ class Ledger:
         tool: str | None = None,
         scope: str | None = None,
         updated_before: datetime | None = None,
+        lease_expired_at: datetime | None = None,
         after: tuple[datetime, int] | None = None,
         limit: int = 100,
     ) -> list[OperationRecord]:
@@ -200,16 +205,19 @@ class Ledger:
 
         Keyset pagination: pass the `(updated_at, id)` of the last row seen as `after` to get the
         rows that follow it; unlike an offset, a page stays correct while rows are added.
+        `lease_expired_at`: only rows whose lease had run out by then (crashed or stalled writers).
         """
         query = select(operations).order_by(operations.c.updated_at, operations.c.id).limit(limit)
         if statuses:
-            query = query.where(operations.c.status.in_([s.value for s in statuses]))
+            query = query.where(status_in(statuses))
         if tool is not None:
             query = query.where(operations.c.tool == tool)
         if scope is not None:
             query = query.where(operations.c.scope == scope)
         if updated_before is not None:
             query = query.where(operations.c.updated_at <= updated_before)
+        if lease_expired_at is not None:
+            query = query.where(operations.c.lease_expires_at <= lease_expired_at)
         if after is not None:
             updated_at, last_id = after
             query = query.where(
@@ -223,15 +231,50 @@ class Ledger:
         return [OperationRecord.from_row(row) for row in rows]
 
     async def count_by_status(self, statuses: Sequence[Status]) -> dict[Status, int]:
-        """How many operations are in each of `statuses` (all scopes), zeros included."""
-        query = (
-            select(operations.c.status, func.count())
-            .where(operations.c.status.in_([s.value for s in statuses]))
-            .group_by(operations.c.status)
+        """How many operations are in each of `statuses` (all scopes), zeros included.
+
+        One count per state, so that each open state's count reads its own partial index (a
+        grouped count over several states scans the table).
+        """
+        query = union_all(
+            *(
+                select(literal(status.value), func.count()).where(status_in([status]))
+                for status in statuses
+            )
         )
         async with self.engine.connect() as conn:
             counted = {Status(status): n for status, n in (await conn.execute(query)).all()}
         return {status: counted.get(status, 0) for status in statuses}
+
+    async def count_by_hour(
+        self, *, scope: str, since: datetime
+    ) -> builtins.list[tuple[datetime, Status, int]]:
+        """`(hour, status, count)` of `scope`'s operations last changed since `since`, by the UTC
+        hour of that change: a picture of the ledger over time, served by the scope index."""
+        updated = operations.c.updated_at
+        # The hour as whole hours since the epoch, whatever the session's time zone (SQLite
+        # keeps UTC text and may lack floor(); PostgreSQL's epoch is fractional).
+        hour = (
+            sql_cast(func.strftime("%s", updated), Integer) // 3600
+            if self.is_sqlite
+            else func.floor(func.extract("epoch", updated) / 3600)
+        ).label("hour")
+        query = (
+            select(hour, operations.c.status, func.count())
+            .where(
+                operations.c.scope == scope,
+                operations.c.status.in_([s.value for s in Status]),
+                updated >= since,
+            )
+            .group_by(hour, operations.c.status)
+        )
+        async with self.engine.connect() as conn:
+            rows = (await conn.execute(query)).all()
+        epoch_start = datetime(1970, 1, 1, tzinfo=UTC)
+        return [
+            (epoch_start + timedelta(hours=int(n)), Status(status), count)
+            for n, status, count in rows
+        ]
 
     async def ping(self) -> None:
         """Raise unless the database answers a trivial query."""
@@ -454,6 +497,7 @@ class Ledger:
         lease_seconds: float,
         tools: Sequence[str],
         older_than: float = 0.0,
+        scope: str | None = None,
     ) -> DueBatch:
         """Lease up to `limit` operations reconciliation should look at now, longest-due first
         (only those whose last execution was sent `older_than` seconds ago or earlier).
@@ -463,6 +507,7 @@ class Ledger:
         share a row; the lease is `next_check_at` (a leased row is not due until it runs out) and
         the version bump fences a worker that overran it. SQLite renders no FOR UPDATE: its
         BEGIN IMMEDIATE serialises claims instead, and its leases are judged by watching them.
+        `scope` None: every scope.
         """
         check_transition(Status.IN_FLIGHT, Status.OUTCOME_UNKNOWN)
         now = self._now_sql()
@@ -470,9 +515,9 @@ class Ledger:
         async with self.engine.begin() as conn:
             crashed: Select[Any] | builtins.list[int]
             if self.is_sqlite:
-                crashed = await self._watched_run_out(conn, limit, tools, sent_before)
+                crashed = await self._watched_run_out(conn, limit, tools, sent_before, scope)
             else:
-                crashed = _claimable(_CRASHED, now, limit, tools, sent_before)
+                crashed = _claimable(_CRASHED, now, limit, tools, sent_before, scope)
             expired = await conn.execute(
                 update(operations)
                 .where(operations.c.id.in_(crashed))
@@ -493,7 +538,9 @@ class Ledger:
                 self._watch.forget(operation_id)
             leased = await conn.execute(
                 update(operations)
-                .where(operations.c.id.in_(_claimable(_UNKNOWN, now, limit, tools, sent_before)))
+                .where(
+                    operations.c.id.in_(_claimable(_UNKNOWN, now, limit, tools, sent_before, scope))
+                )
                 .values(
                     next_check_at=self._now_sql(lease_seconds),
                     version=operations.c.version + 1,
@@ -509,6 +556,7 @@ class Ledger:
         limit: int,
         tools: Sequence[str],
         sent_before: ColumnElement[datetime] | datetime | None,
+        scope: str | None,
     ) -> builtins.list[int]:
         """On SQLite: the ids of `in_flight` operations whose lease this process has watched run
         out. Every in_flight lease is a candidate, whatever its wall-clock expiry says; those
@@ -518,13 +566,17 @@ class Ledger:
         )
         if sent_before is not None:
             query = query.where(operations.c.last_sent_at <= sent_before)
+        if scope is not None:
+            query = query.where(operations.c.scope == scope)
         query = query.order_by(operations.c.lease_expires_at).limit(limit)
         candidates = [
             OperationRecord.from_row(row) for row in (await conn.execute(query)).mappings()
         ]
         return [op.id for op in candidates if self._watch.seconds_left(op) == 0]
 
-    async def count_due(self, *, tools: Sequence[str], older_than: float = 0.0) -> int:
+    async def count_due(
+        self, *, tools: Sequence[str], older_than: float = 0.0, scope: str | None = None
+    ) -> int:
         """How many operations `claim_due` would hand out now (an estimate while others claim;
         on SQLite, crashed leases count by their wall-clock expiry)."""
         now = self._now_sql()
@@ -532,7 +584,7 @@ class Ledger:
         total = 0
         async with self.engine.connect() as conn:
             for due in (_CRASHED, _UNKNOWN):
-                query = _due_query(due, now, tools, sent_before).subquery()
+                query = _due_query(due, now, tools, sent_before, scope).subquery()
                 total += (await conn.execute(select(func.count()).select_from(query))).scalar_one()
         return total
 
@@ -727,14 +779,17 @@ def _due_query(
     now: ColumnElement[datetime] | datetime,
     tools: Sequence[str],
     sent_before: ColumnElement[datetime] | datetime | None,
+    scope: str | None,
 ) -> Select[Any]:
     query = select(operations.c.id).where(
-        operations.c.status == due.status.value,
+        status_in([due.status]),
         due.column <= now,
         operations.c.tool.in_(tools),
     )
     if sent_before is not None:
         query = query.where(operations.c.last_sent_at <= sent_before)
+    if scope is not None:
+        query = query.where(operations.c.scope == scope)
     return query
 
 
@@ -744,12 +799,13 @@ def _claimable(
     limit: int,
     tools: Sequence[str],
     sent_before: ColumnElement[datetime] | datetime | None,
+    scope: str | None,
 ) -> Select[Any]:
     # The longest-due rows nobody else holds; locked until the claim commits. The order is the
     # index's own, so the scan stops after `limit` rows however many are due (any tiebreaker
     # column would make PostgreSQL sort the whole due set on every claim).
     return (
-        _due_query(due, now, tools, sent_before)
+        _due_query(due, now, tools, sent_before, scope)
         .order_by(due.column)
         .limit(limit)
         .with_for_update(skip_locked=True)

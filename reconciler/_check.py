@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from enum import StrEnum
 from types import MappingProxyType
@@ -18,6 +18,7 @@ from typing import Any
 from ledger import AttemptRecord, OperationRecord, Status, dumps_json, loads_json
 from reconciler._classify import EVIDENCE_MESSAGE_LIMIT, exception_evidence
 from reconciler._lookup import Found, LookupResult, NotFound, Unknown
+from reconciler._redaction import DEFAULT_REDACTION, Redaction
 from reconciler._views import AttemptView
 
 
@@ -70,6 +71,7 @@ class LookupSpec:
     settle_after: float
     timeout: float
     encode: Callable[[Any], str]
+    redaction: Redaction = DEFAULT_REDACTION
 
 
 class LookupOutcome(StrEnum):
@@ -116,8 +118,20 @@ async def run_lookup(
     """Ask `spec.lookup` about `operation`; any failure to answer is an `unknown` check.
 
     `started_at` is the ledger's time, read before the lookup starts: the settle window is
-    judged on the clock that stamped `last_sent_at`, not on this process's.
+    judged on the clock that stamped `last_sent_at`, not on this process's. The check's evidence
+    (the lookup's reason, an exception, the found result's excerpt) is redacted here, before it
+    is recorded or shown.
     """
+    check = await _ask(spec, operation, attempts, started_at)
+    return replace(check, evidence=spec.redaction.evidence(check.evidence))
+
+
+async def _ask(
+    spec: LookupSpec,
+    operation: OperationRecord,
+    attempts: Sequence[AttemptRecord],
+    started_at: datetime,
+) -> Check:
     if spec.lookup is None:
         return Check(LookupOutcome.UNKNOWN, started_at, {"reason": "the tool has no lookup"})
     view = LookupOperation.from_records(operation, attempts)

@@ -13,7 +13,9 @@ from typing import Any
 
 import httpx
 
-from reconciler._contract import Code, CodeRegistry, ErrorEnvelope
+from reconciler._causes import Lost, Untrusted
+from reconciler._contract import Code, CodeRegistry, ErrorEnvelope, sanitize_message
+from reconciler._redaction import Redaction, redact_text
 from reconciler._tool_error import ToolError
 
 EVIDENCE_MESSAGE_LIMIT = 1024
@@ -45,12 +47,24 @@ class Classification:
     envelope: ErrorEnvelope
     evidence: dict[str, Any] = field(default_factory=dict)
 
+    def redacted(self, redaction: Redaction) -> Classification:
+        """This classification as it may be kept and shown: message and evidence redacted."""
+        envelope = self.envelope
+        message = sanitize_message(redaction.text(envelope.message))
+        if message != envelope.message:
+            envelope = envelope.model_copy(update={"message": message})
+        return Classification(envelope, redaction.evidence(self.evidence))
+
 
 def exception_evidence(error: BaseException) -> dict[str, Any]:
-    """What is worth keeping of an exception: its type and a bounded message, never a traceback."""
+    """What is worth keeping of an exception: its type and a bounded message, never a traceback.
+
+    The message is redacted before it is cut, so that a cut cannot leave half a secret behind
+    that no rule recognises any more.
+    """
     return {
         "exception": f"{type(error).__module__}.{type(error).__qualname__}",
-        "message": str(error)[:EVIDENCE_MESSAGE_LIMIT],
+        "message": redact_text(str(error))[:EVIDENCE_MESSAGE_LIMIT],
     }
 
 
@@ -68,6 +82,18 @@ def classify_exception(error: BaseException, codes: CodeRegistry) -> Classificat
         return Classification(codes.envelope(Code.TEMP_UNAVAILABLE, message), evidence)
     if isinstance(error, _SENT_THEN_LOST):
         message = f"the request may have been applied: {type(error).__name__} after sending"
-        return Classification(codes.envelope(Code.OUTCOME_UNKNOWN, message), evidence)
+        envelope = codes.envelope(Code.OUTCOME_UNKNOWN, message, cause=_lost(error).value)
+        return Classification(envelope, evidence)
     message = f"unclassified failure {type(error).__name__}"
-    return Classification(codes.envelope(Code.UNKNOWN_ERROR, message), evidence)
+    envelope = codes.envelope(
+        Code.UNKNOWN_ERROR, message, cause=Untrusted.UNCLASSIFIED_EXCEPTION.value
+    )
+    return Classification(envelope, evidence)
+
+
+def _lost(error: BaseException) -> Lost:
+    if isinstance(error, asyncio.CancelledError):
+        return Lost.CANCELLED
+    if isinstance(error, TimeoutError | httpx.TimeoutException):
+        return Lost.TIMEOUT
+    return Lost.INTERRUPTED

@@ -1,7 +1,8 @@
 """Bounded raw evidence: enough of a downstream answer to audit a decision, never all of it.
 
 Bodies are cut to an excerpt, headers to an allowlist (so credentials and cookies are never
-stored), and text is made valid UTF-8 so the ledger can always store it.
+stored), secrets are redacted before anything is cut (`reconciler._redaction`), and text is made
+valid UTF-8 so the ledger can always store it.
 """
 
 from __future__ import annotations
@@ -9,10 +10,15 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
+from reconciler._redaction import redact_text
+
 BODY_EXCERPT_LIMIT = 2048
 """Characters of a body kept as evidence."""
 
 HEADER_VALUE_LIMIT = 256
+
+_REDACTION_MARGIN = 1024
+"""Characters past the cut that are redacted with the excerpt, so a secret across it is found."""
 
 EVIDENCE_HEADERS = frozenset(
     {
@@ -45,8 +51,10 @@ def excerpt(body: bytes | str, limit: int = BODY_EXCERPT_LIMIT) -> dict[str, Any
         size, text, cut = len(body), head.decode("utf-8", "replace"), len(head) < len(body)
     else:
         size, text, cut = len(body.encode("utf-8", "replace")), body, False
+    # Redacted before the cut (half a secret matches no rule), over a bounded span only.
+    redacted = redact_text(text[: limit + _REDACTION_MARGIN])
     return {
-        "excerpt": valid_text(text[:limit]),
+        "excerpt": valid_text(redacted[:limit]),
         "bytes": size,
         "truncated": cut or len(text) > limit,
     }
@@ -58,5 +66,5 @@ def header_subset(headers: Iterable[tuple[str, str]]) -> dict[str, str]:
     for name, value in headers:
         lowered = name.lower()
         if lowered in EVIDENCE_HEADERS:
-            kept[lowered] = valid_text(value[:HEADER_VALUE_LIMIT])
+            kept[lowered] = valid_text(redact_text(value)[:HEADER_VALUE_LIMIT])
     return kept

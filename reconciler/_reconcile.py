@@ -24,9 +24,9 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict
 
 from ledger import AttemptKind, Ledger, OperationRecord, Settlement, Status, dumps_json
-from reconciler._absence import after_absence
-from reconciler._check import Check, LookupOutcome, LookupSpec, run_lookup
+from reconciler._check import Check, LookupSpec, run_lookup
 from reconciler._contract import CodeRegistry
+from reconciler._decisions import Established, ProvenAbsent, judge_lookup
 from reconciler._single import SingleWorkerLock
 
 logger = logging.getLogger("writesafe")
@@ -106,11 +106,12 @@ class Reconciler:
         limit: int | None = None,
         older_than: float = 0.0,
         tool: str | None = None,
+        scope: str | None = None,
         on_progress: Callable[[ReconcileReport], None] | None = None,
         stop: asyncio.Event | None = None,
     ) -> ReconcileReport:
         """One pass over what is due now: at most `limit` operations, sent at least `older_than`
-        seconds ago, of `tool` (default: every tool in `lookups`)."""
+        seconds ago, of `tool` (default: every tool in `lookups`), in `scope` (default: all)."""
         if tool is not None and tool not in self.lookups:
             raise ValueError(f"no tool named {tool!r} is registered")
         tools = sorted(self.lookups) if tool is None else [tool]
@@ -130,7 +131,11 @@ class Reconciler:
             if limit is not None:
                 size = min(size, limit - tally["examined"])
             batch = await self.ledger.claim_due(
-                limit=size, lease_seconds=lease, tools=tools, older_than=older_than
+                limit=size,
+                lease_seconds=lease,
+                tools=tools,
+                older_than=older_than,
+                scope=scope,
             )
             tally["expired_leases"] += batch.expired
             if not batch.operations:
@@ -183,20 +188,23 @@ class Reconciler:
         the ledger's time before the lookup."""
         audit = check.attempt(ACTOR, self.worker)
         values: dict[str, Any]
-        if check.outcome is LookupOutcome.FOUND:
-            values = {"result": check.result, "next_check_at": None}
+        verdict = judge_lookup(check, operation, self.codes)
+        if isinstance(verdict, Established):
+            values = {"result": verdict.result, "next_check_at": None}
             return _settle(operation, audit, Status.SUCCEEDED, values), _Verdict.FOUND
-        if check.outcome is LookupOutcome.NOT_FOUND:
-            envelope = after_absence(operation, self.codes).envelope
+        if isinstance(verdict, ProvenAbsent):
+            # Nobody is waiting to execute: record the absence; the caller's next call continues.
+            envelope = verdict.absence.envelope
             values = {
                 "error": dumps_json(envelope.to_json_dict()),
                 "last_code": envelope.code,
                 "next_check_at": None,
             }
             return _settle(operation, audit, Status.FAILED, values), _Verdict.ABSENT
-        if check.settles_at is not None:
+        if verdict.settling:
             # Not found, but too early to believe it: ask again once the window closes, without
             # spending the budget on a question that could not be answered yet.
+            assert check.settles_at is not None
             checks, due = operation.checks, check.settles_at
         else:
             checks = operation.checks + 1

@@ -1,6 +1,8 @@
 """Operator resolution: a person settles what reconciliation could not, on the record.
 
-Only a `needs_attention` operation is resolved this way. `succeeded` stores the result the
+Only an operation that waits for a verdict is resolved this way: `needs_attention`, or
+`outcome_unknown` when a person knows more than the lookup can tell (DESIGN.md: operator resolution
+of both). `succeeded` stores the result the
 operator vouches for; `failed` is the operator's proof of absence and follows the same rule as a
 lookup's conclusive NotFound (see `after_absence`). Who, when, why and the evidence are kept as
 an `operator` attempt, written in the same transaction as the change, and only if it took effect.
@@ -16,10 +18,12 @@ from reconciler._absence import after_absence
 from reconciler._contract import CodeRegistry, SideEffects
 
 Resolution = Literal["succeeded", "failed"]
+RESOLVABLE = frozenset({Status.NEEDS_ATTENTION, Status.OUTCOME_UNKNOWN})
+"""The states an operator may resolve; no writer holds a lease in either."""
 
 
 class ResolutionRefused(Exception):
-    """Only a `needs_attention` operation can be resolved by an operator; `status` is its state."""
+    """Only a `RESOLVABLE` operation can be resolved by an operator; `status` is its state."""
 
     def __init__(self, scope: str, key: str, status: Status | None) -> None:
         if status is None:
@@ -27,7 +31,7 @@ class ResolutionRefused(Exception):
         else:
             message = (
                 f"operation {key!r} in scope {scope!r} is {status.value}; only needs_attention "
-                "operations are resolved by an operator"
+                "and outcome_unknown operations are resolved by an operator"
             )
         super().__init__(message)
         self.scope = scope
@@ -55,11 +59,11 @@ async def resolve_operation(
     actor: str,
     evidence: Mapping[str, Any] | None,
 ) -> OperationRecord:
-    """Resolve a `needs_attention` operation; `encode(tool, result)` stores a succeeded result."""
+    """Resolve a `RESOLVABLE` operation; `encode(tool, result)` stores a succeeded result."""
     operation = await ledger.get(scope, key)
     if operation is None:
         raise OperationNotFound(scope, key)
-    if operation.status is not Status.NEEDS_ATTENTION:
+    if operation.status not in RESOLVABLE:
         raise ResolutionRefused(scope, key, operation.status)
     record = {
         "previous_status": operation.status.value,

@@ -283,19 +283,32 @@ async def test_an_operator_resolves_needs_attention_as_failed(make_ws: MakeWrite
     assert shop.placed == 1
 
 
-async def test_resolution_is_refused_outside_needs_attention(make_ws: MakeWriteSafe) -> None:
+async def test_an_operator_resolves_an_unknown_outcome(make_ws: MakeWriteSafe) -> None:
     ws, shop = make_ws(settings=budget(max_checks=1)), Shop(faults=["commit_then_timeout"])
     submit_order = order_tool(ws, shop)
-    await unknown_outcome(submit_order("A1", idempotency_key="unknown"))
+    await unknown_outcome(submit_order("A1", idempotency_key="k"))
+
+    resolved = await ws.resolve(
+        "k", outcome="succeeded", result={"order_id": "o-1", "sku": "A1"}, reason="r", actor="a"
+    )
+
+    assert resolved.status is Status.SUCCEEDED
+    assert [a.kind for a in resolved.attempts] == [AttemptKind.EXECUTION, AttemptKind.OPERATOR]
+    assert await submit_order("A1", idempotency_key="k") == {"order_id": "o-1", "sku": "A1"}
+    assert shop.placed == 1
+
+
+async def test_resolution_is_refused_once_settled(make_ws: MakeWriteSafe) -> None:
+    ws, shop = make_ws(settings=budget(max_checks=1)), Shop()
+    submit_order = order_tool(ws, shop)
     await submit_order("A1", idempotency_key="done")
 
-    for key, status in (("unknown", Status.OUTCOME_UNKNOWN), ("done", Status.SUCCEEDED)):
-        with pytest.raises(ResolutionRefused) as raised:
-            await ws.resolve(key, outcome="failed", reason="r", actor="a")
-        assert raised.value.status is status
+    with pytest.raises(ResolutionRefused) as raised:
+        await ws.resolve("done", outcome="failed", reason="r", actor="a")
+    assert raised.value.status is Status.SUCCEEDED
     with pytest.raises(OperationNotFound):
         await ws.resolve("never", outcome="failed", reason="r", actor="a")
-    status_after = await ws.status("unknown")
+    status_after = await ws.status("done")
     assert status_after is not None
     assert [a.kind for a in status_after.attempts] == [AttemptKind.EXECUTION]
 

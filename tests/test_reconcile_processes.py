@@ -335,7 +335,7 @@ def test_writesafe_resolve_settles_needs_attention_on_the_record(deployment: Dep
     assert operator["evidence"]["operator_evidence"] == {"ticket": "OPS-7"}
     again = deployment.run(*resolve, "--outcome", "failed", *reason)
     assert again.returncode == 1
-    assert "only needs_attention operations are resolved" in _flat(again.stderr)
+    assert "only needs_attention and outcome_unknown operations" in _flat(again.stderr)
     missing = deployment.run(
         str(WRITESAFE), "resolve", "nope", "--app", "tests.apps.shop_app:ws",
         "--outcome", "failed", *reason,

@@ -30,7 +30,12 @@ KeyScopeOption = Annotated[
     str, typer.Option("--scope", help="The tenant scope the key sees (and only that one).")
 ]
 RoleOption = Annotated[
-    Role, typer.Option("--role", help="reader: read its scope; operator: also reconcile, resolve.")
+    Role,
+    typer.Option(
+        "--role",
+        help="reader: read its scope; operator: also reconcile and resolve it; "
+        "admin: also every scope's reconciliation and the metrics.",
+    ),
 ]
 NameOption = Annotated[str, typer.Option("--name", help="Who or what holds the key (audited).")]
 

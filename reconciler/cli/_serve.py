@@ -15,6 +15,7 @@ from typing import Annotated
 import typer
 import uvicorn
 
+from idempotency import configure_logging
 from ledger import LedgerNotMigrated
 from reconciler.cli._exit import ExitCode
 from reconciler.cli._loading import fail, load_app
@@ -34,6 +35,15 @@ LogLevelOption = Annotated[
     typer.Option(
         "--log-level",
         help="uvicorn's log level: critical, error, warning, info, debug, trace.",
+    ),
+]
+
+JsonLogsOption = Annotated[
+    bool,
+    typer.Option(
+        "--json-logs",
+        envvar="WRITESAFE_JSON_LOGS",
+        help="writesafe's own log lines (INFO and up) as JSON, with each operation's key and tool.",
     ),
 ]
 
@@ -57,10 +67,13 @@ def serve(
     host: HostOption = "127.0.0.1",
     port: PortOption = 8000,
     log_level: LogLevelOption = "info",
+    json_logs: JsonLogsOption = False,
 ) -> None:
     """Serve the HTTP API for your WriteSafe until SIGINT/SIGTERM (API keys: `writesafe keys`).
     Exit 3 if the ledger cannot be reached, 1 if its schema is not current."""
     ws = load_app(app)
+    if json_logs:
+        configure_logging(json=True)
     config = uvicorn.Config(
         create_app(ws), host=host, port=port, log_level=log_level.lower(), server_header=False
     )

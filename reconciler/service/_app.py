@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 from fastapi import Request
@@ -13,8 +14,10 @@ from starlette.exceptions import HTTPException
 
 from idempotency import WriteSafe, WriteSafeError
 from ledger import ApiKeys, LedgerNotMigrated
-from reconciler.service._auth import Authenticator, require_operator
+from reconciler.service._auth import Authenticator, require_admin, require_operator
+from reconciler.service._console import console_router
 from reconciler.service._context import ServiceContext
+from reconciler.service._cursor import Cursors
 from reconciler.service._health import health_router
 from reconciler.service._limits import BodyLimit
 from reconciler.service._metrics import RequestMetrics
@@ -27,10 +30,13 @@ from reconciler.service._problems import (
     unavailable,
     validation_error,
 )
+from reconciler.service._rate_limits import RateLimits
 from reconciler.service._reconcile import reconcile_router
 from reconciler.service._settings import ServiceSettings
 
 VERSION = "1.0.0"
+
+logger = logging.getLogger("writesafe.service")
 
 
 def create_app(ws: WriteSafe, settings: ServiceSettings | None = None) -> ServiceApp:
@@ -40,7 +46,14 @@ def create_app(ws: WriteSafe, settings: ServiceSettings | None = None) -> Servic
     service started without it still answers, with 503 until the ledger does.
     """
     settings = settings or ServiceSettings()
-    ctx = ServiceContext(ws=ws, keys=ApiKeys(ws.ledger.engine, ws.ledger.clock), settings=settings)
+    secret = settings.cursor_secret
+    ctx = ServiceContext(
+        ws=ws,
+        keys=ApiKeys(ws.ledger.engine, ws.ledger.clock),
+        settings=settings,
+        cursors=Cursors(None if secret is None else secret.get_secret_value()),
+        limits=RateLimits(settings),
+    )
     app = ServiceApp(
         title="writesafe",
         version=VERSION,
@@ -61,17 +74,20 @@ def create_app(ws: WriteSafe, settings: ServiceSettings | None = None) -> Servic
             Exception: _internal,
         },
     )
-    authenticate = Authenticator(ctx.keys, ws.start)
+    authenticate = Authenticator(ctx.keys, ws.start, ctx.limits)
     operator = require_operator(authenticate)
-    app.include_router(health_router(ctx, operator))
+    app.include_router(health_router(ctx, require_admin(authenticate)))
     app.include_router(operations_router(ctx, authenticate, operator))
     app.include_router(reconcile_router(ctx, operator))
+    app.include_router(console_router(ctx, authenticate, operator))
     app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes)
     app.add_middleware(RequestMetrics)
     return app
 
 
-async def _unavailable(_request: Request, _error: Any) -> JSONResponse:
+async def _unavailable(request: Request, error: Any) -> JSONResponse:
+    # The answer does not say which store or why (it may name internals); the log does.
+    logger.warning("%s %s answered 503: %r", request.method, request.url.path, error)
     return unavailable("a store did not answer; nothing was changed")
 
 

@@ -9,12 +9,14 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Annotated
 
-from fastapi import Depends, HTTPException, Security
+from fastapi import Depends, HTTPException, Request, Security
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
 from idempotency import MAX_KEY_LENGTH
 from ledger import ApiKeys, Role
 from reconciler.service._api_keys import hash_token, well_formed
+from reconciler.service._rate_limits import RateLimits, client_of
+from reconciler.service._reads import read
 
 bearer = HTTPBearer(
     auto_error=False,
@@ -42,23 +44,38 @@ class Principal:
 
 
 class Authenticator:
-    """The FastAPI dependency that turns `Authorization: Bearer …` into a `Principal`."""
+    """The FastAPI dependency that turns `Authorization: Bearer …` into a `Principal`.
 
-    def __init__(self, keys: ApiKeys, ready: Callable[[], Awaitable[None]]) -> None:
+    Rate limits are applied before the key's lookup (`_rate_limits`): a key's own budget, and the
+    client's budget for requests that come without a valid key.
+    """
+
+    def __init__(
+        self, keys: ApiKeys, ready: Callable[[], Awaitable[None]], limits: RateLimits
+    ) -> None:
         self._keys = keys
         self._ready = ready  # an unmigrated ledger is reported as such, not as a missing table
+        self._limits = limits
 
     async def __call__(
-        self, credentials: Annotated[HTTPAuthorizationCredentials | None, Security(bearer)]
+        self,
+        request: Request,
+        credentials: Annotated[HTTPAuthorizationCredentials | None, Security(bearer)],
     ) -> Principal:
+        client = client_of(request)
         if credentials is None:
+            await self._limits.spend_anonymous(client)
             raise HTTPException(401, "an API key is required: Authorization: Bearer …", _CHALLENGE)
         token = credentials.credentials
         record = None
         if well_formed(token):
+            await self._limits.admit_anonymous(client)
+            secret_hash = hash_token(token)
+            await self._limits.spend_key(secret_hash)
             await self._ready()
-            record = await self._keys.active(hash_token(token))
+            record = await read("the API key lookup", lambda: self._keys.active(secret_hash))
         if record is None:
+            await self._limits.spend_anonymous(client)
             raise HTTPException(401, "the API key is not valid or was revoked", _INVALID)
         return Principal(
             key_id=record.key_id, name=record.name, scope=record.scope, role=record.role
@@ -66,11 +83,21 @@ class Authenticator:
 
 
 def require_operator(authenticate: Authenticator) -> Callable[..., Awaitable[Principal]]:
-    """A dependency admitting only keys with the operator role (403 for readers)."""
+    """A dependency admitting operator and admin keys (403 for readers)."""
+    return _require(authenticate, frozenset({Role.OPERATOR, Role.ADMIN}), "operator")
 
-    async def operator(principal: Annotated[Principal, Depends(authenticate)]) -> Principal:
-        if principal.role is not Role.OPERATOR:
-            raise HTTPException(403, "this needs an API key with the operator role")
+
+def require_admin(authenticate: Authenticator) -> Callable[..., Awaitable[Principal]]:
+    """A dependency admitting only admin keys: deployment-wide actions span every tenant."""
+    return _require(authenticate, frozenset({Role.ADMIN}), "admin")
+
+
+def _require(
+    authenticate: Authenticator, roles: frozenset[Role], needed: str
+) -> Callable[..., Awaitable[Principal]]:
+    async def admitted(principal: Annotated[Principal, Depends(authenticate)]) -> Principal:
+        if principal.role not in roles:
+            raise HTTPException(403, f"this needs an API key with the {needed} role")
         return principal
 
-    return operator
+    return admitted

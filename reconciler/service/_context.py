@@ -6,6 +6,8 @@ from dataclasses import dataclass
 
 from idempotency import WriteSafe
 from ledger import ApiKeys
+from reconciler.service._cursor import Cursors
+from reconciler.service._rate_limits import RateLimits
 from reconciler.service._settings import ServiceSettings
 
 
@@ -14,3 +16,5 @@ class ServiceContext:
     ws: WriteSafe
     keys: ApiKeys
     settings: ServiceSettings
+    cursors: Cursors
+    limits: RateLimits

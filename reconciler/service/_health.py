@@ -1,13 +1,13 @@
 """Liveness, readiness and metrics: what orchestrators and Prometheus ask.
 
-(No `from __future__ import annotations`: FastAPI must resolve the routes' `Depends(operator)`.)
+(No `from __future__ import annotations`: FastAPI must resolve the routes' `Depends(admin)`.)
 """
 
 import asyncio
 from collections.abc import Awaitable, Callable
 from typing import Annotated
 
-from fastapi import APIRouter, Depends, Response
+from fastapi import APIRouter, Depends, Request, Response
 from fastapi.responses import JSONResponse
 from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, generate_latest
 
@@ -18,11 +18,13 @@ from reconciler.service._metrics import refresh_pending
 from reconciler.service._models import Health, Readiness
 from reconciler.service._openapi import problems
 from reconciler.service._problems import unavailable
+from reconciler.service._rate_limits import client_of
+from reconciler.service._reads import read
 
 Check = Callable[[], Awaitable[None]]
 
 
-def health_router(ctx: ServiceContext, operator: Callable[..., Awaitable[Principal]]) -> APIRouter:
+def health_router(ctx: ServiceContext, admin: Callable[..., Awaitable[Principal]]) -> APIRouter:
     router = APIRouter(tags=["health"])
 
     @router.get("/healthz", response_model=Health, summary="Liveness: the process answers")
@@ -32,10 +34,11 @@ def health_router(ctx: ServiceContext, operator: Callable[..., Awaitable[Princip
     @router.get(
         "/readyz",
         response_model=Readiness,
-        responses=problems(503),
+        responses=problems(429, 503),
         summary="Readiness: the ledger (and Redis, when configured) answer",
     )
-    async def readyz() -> Readiness | JSONResponse:
+    async def readyz(request: Request) -> Readiness | JSONResponse:
+        await ctx.limits.spend_anonymous(client_of(request))  # a probe costs two store queries
         checks: dict[str, Check] = {"database": _database(ctx)}
         if ctx.ws.keystore is not None:
             checks["redis"] = _redis(ctx)
@@ -48,15 +51,15 @@ def health_router(ctx: ServiceContext, operator: Callable[..., Awaitable[Princip
 
     @router.get(
         "/metrics",
-        summary="Prometheus metrics (operator keys only: the numbers span every scope)",
+        summary="Prometheus metrics (admin keys only: the numbers span every scope)",
         response_class=Response,
         responses={
             200: {"content": {"text/plain": {"schema": {"type": "string"}}}},
-            **problems(401, 403, 503),
+            **problems(401, 403, 429, 503),
         },
     )
-    async def metrics(_caller: Annotated[Principal, Depends(operator)]) -> Response:
-        await refresh_pending(ctx.ws)
+    async def metrics(_caller: Annotated[Principal, Depends(admin)]) -> Response:
+        await read("the metrics' pending counts", lambda: refresh_pending(ctx.ws))
         return Response(generate_latest(REGISTRY), media_type=CONTENT_TYPE_LATEST)
 
     return router
@@ -65,7 +68,7 @@ def health_router(ctx: ServiceContext, operator: Callable[..., Awaitable[Princip
 def _database(ctx: ServiceContext) -> Check:
     async def check() -> None:
         await ctx.ws.start()
-        await ctx.ws.ledger.ping()
+        await read("the readiness probe", ctx.ws.ledger.ping)
 
     return check
 

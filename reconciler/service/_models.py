@@ -41,7 +41,7 @@ class ListQuery(BaseModel):
     cursor: str | None = Field(
         default=None,
         pattern=CURSOR_PATTERN,
-        description="`next_cursor` of the previous page (treat it as opaque).",
+        description="`next_cursor` of the previous page: opaque, and only for the API key's scope.",
     )
     limit: int = Field(default=50, ge=1, le=MAX_PAGE, description="Page size.")
 

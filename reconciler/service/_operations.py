@@ -4,7 +4,7 @@ No `from __future__ import annotations`: FastAPI must resolve the routes' local 
 """
 
 from collections.abc import Awaitable, Callable
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Annotated
 
 from fastapi import APIRouter, Body, Depends, HTTPException, Path, Query, Request
@@ -22,7 +22,7 @@ from idempotency._keys import validate_key
 from reconciler import OperationSummary
 from reconciler.service._auth import Principal
 from reconciler.service._context import ServiceContext
-from reconciler.service._cursor import decode_cursor, encode_cursor
+from reconciler.service._cursor import CursorInvalid
 from reconciler.service._metrics import RESOLUTIONS
 from reconciler.service._models import (
     AttemptList,
@@ -32,6 +32,7 @@ from reconciler.service._models import (
     ResolveSucceeded,
 )
 from reconciler.service._openapi import problems
+from reconciler.service._reads import read
 
 KeyPath = Annotated[
     str,
@@ -53,7 +54,7 @@ def operations_router(
     @router.get(
         "/operations/{key}",
         response_model=OperationStatus,
-        responses=problems(401, 404, 422, 503),
+        responses=problems(401, 404, 422, 429, 503),
         summary="An operation's status, result or error, and attempts",
     )
     async def get_operation(
@@ -64,7 +65,7 @@ def operations_router(
     @router.get(
         "/operations/{key}/attempts",
         response_model=AttemptList,
-        responses=problems(401, 404, 422, 503),
+        responses=problems(401, 404, 422, 429, 503),
         summary="Every audited attempt of an operation, oldest first",
     )
     async def get_attempts(
@@ -76,7 +77,7 @@ def operations_router(
     @router.get(
         "/operations",
         response_model=OperationPage,
-        responses=problems(401, 422, 503),
+        responses=problems(401, 422, 429, 503),
         summary="Operations by status, tool and age, oldest change first (keyset-paginated)",
     )
     async def list_operations(
@@ -85,57 +86,20 @@ def operations_router(
         query: Annotated[ListQuery, Query()],
     ) -> OperationPage:
         _refuse_repeated(request)
-        if query.tool is not None and not _usable(query.tool):
-            return OperationPage(items=[], next_cursor=None)  # no tool can have that name
-        await ctx.ws.guard()
-        ledger = ctx.ws.ledger
-        rows = await ledger.list(
-            statuses=query.status,
-            tool=query.tool,
-            scope=caller.scope,
-            updated_before=(
-                None
-                if query.older_than is None
-                else ledger.clock.now() - timedelta(seconds=query.older_than)
-            ),
-            after=None if query.cursor is None else decode_cursor(query.cursor),
-            limit=query.limit + 1,
-        )
-        page = rows[: query.limit]
-        return OperationPage(
-            items=[OperationSummary.from_record(row) for row in page],
-            next_cursor=encode_cursor(page[-1]) if len(rows) > query.limit else None,
-        )
+        return await list_page(ctx, caller.scope, query)
 
     @router.post(
         "/operations/{key}/resolve",
         response_model=OperationStatus,
-        responses=problems(401, 403, 404, 409, 413, 422, 503),
-        summary="Resolve a needs_attention operation as succeeded or failed (operators; audited)",
+        responses=problems(401, 403, 404, 409, 413, 422, 429, 503),
+        summary="Resolve a needs_attention or outcome_unknown operation (operators; audited)",
     )
     async def resolve_operation(
         key: KeyPath,
         body: Annotated[ResolveRequest, Body()],
         caller: Annotated[Principal, Depends(operator)],
     ) -> OperationStatus:
-        if not _usable(key):
-            raise HTTPException(404, _NOT_FOUND)
-        try:
-            resolved = await ctx.ws.resolve(
-                key,
-                scope=caller.scope,
-                outcome=body.outcome,
-                reason=body.reason,
-                actor=caller.actor,
-                result=body.result if isinstance(body, ResolveSucceeded) else None,
-                evidence=body.evidence,
-            )
-        except OperationNotFound as error:
-            raise HTTPException(404, _NOT_FOUND) from error
-        except ResolutionRefused as error:
-            raise HTTPException(409, str(error)) from error
-        RESOLUTIONS.labels(body.outcome).inc()
-        return resolved
+        return await resolve(ctx, key, caller, body)
 
     return router
 
@@ -145,10 +109,74 @@ _NOT_FOUND = "no operation with this key in the API key's scope"
 
 async def find(ws: WriteSafe, key: str, scope: str) -> OperationStatus:
     """The operation under `key` in `scope`; 404 when absent, in another scope, or unusable."""
-    found = await ws.status(key, scope=scope) if _usable(key) else None
+    found = await read("a status", lambda: ws.status(key, scope=scope)) if _usable(key) else None
     if found is None:
         raise HTTPException(404, _NOT_FOUND)
     return found
+
+
+def _position(ctx: ServiceContext, cursor: str, scope: str) -> tuple[datetime, int]:
+    """Where the page starts; an edited or foreign cursor is bad input (422), like any other."""
+    try:
+        return ctx.cursors.open(cursor, scope)
+    except CursorInvalid as error:
+        raise RequestValidationError(
+            [{"type": "cursor_invalid", "loc": ("query", "cursor"), "msg": str(error)}]
+        ) from error
+
+
+async def list_page(ctx: ServiceContext, scope: str, query: ListQuery) -> OperationPage:
+    """One page of `scope`'s operations matching `query` (the API's listing and the console's)."""
+    if query.tool is not None and not _usable(query.tool):
+        return OperationPage(items=[], next_cursor=None)  # no tool can have that name
+    after = None if query.cursor is None else _position(ctx, query.cursor, scope)
+    await ctx.ws.guard()
+    ledger = ctx.ws.ledger
+    updated_before = (
+        None
+        if query.older_than is None
+        else await ledger.now() - timedelta(seconds=query.older_than)
+    )
+    rows = await read(
+        "a listing",
+        lambda: ledger.list(
+            statuses=query.status,
+            tool=query.tool,
+            scope=scope,
+            updated_before=updated_before,
+            after=after,
+            limit=query.limit + 1,
+        ),
+    )
+    page = rows[: query.limit]
+    return OperationPage(
+        items=[OperationSummary.from_record(row) for row in page],
+        next_cursor=ctx.cursors.seal(page[-1], scope) if len(rows) > query.limit else None,
+    )
+
+
+async def resolve(
+    ctx: ServiceContext, key: str, caller: Principal, body: ResolveRequest
+) -> OperationStatus:
+    """`caller`'s verdict on `key` in its scope, audited; 404 when absent, 409 when settled."""
+    if not _usable(key):
+        raise HTTPException(404, _NOT_FOUND)
+    try:
+        resolved = await ctx.ws.resolve(
+            key,
+            scope=caller.scope,
+            outcome=body.outcome,
+            reason=body.reason,
+            actor=caller.actor,
+            result=body.result if isinstance(body, ResolveSucceeded) else None,
+            evidence=body.evidence,
+        )
+    except OperationNotFound as error:
+        raise HTTPException(404, _NOT_FOUND) from error
+    except ResolutionRefused as error:
+        raise HTTPException(409, str(error)) from error
+    RESOLUTIONS.labels(body.outcome).inc()
+    return resolved
 
 
 def _refuse_repeated(request: Request) -> None:

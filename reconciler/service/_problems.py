@@ -1,7 +1,7 @@
 """Every error the service answers is RFC 9457 problem+json, whatever raised it.
 
 Errors the contract has a code for (401 AUTH_REQUIRED, 403 ACCESS_DENIED, 422 INPUT_INVALID,
-503 TEMP_UNAVAILABLE, and any `WriteSafeError`) are the envelope rendered by
+429 RATE_LIMITED, 503 TEMP_UNAVAILABLE, and any `WriteSafeError`) are the envelope rendered by
 `reconciler.to_problem`, so software branches on `code` here as everywhere else. The rest (404,
 405, 409, 413, 500) are plain `about:blank` problems. Starlette and FastAPI answer their own errors
 in plain JSON; the handlers below re-render them.
@@ -30,7 +30,7 @@ _ENVELOPE_CODES = {
     403: Code.ACCESS_DENIED,
     503: Code.TEMP_UNAVAILABLE,
 }
-ENVELOPE_STATUSES = frozenset({*_ENVELOPE_CODES, 422})
+ENVELOPE_STATUSES = frozenset({*_ENVELOPE_CODES, 422, 429})
 
 
 class InvalidParam(BaseModel):

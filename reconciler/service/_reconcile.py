@@ -6,6 +6,7 @@ from typing import Annotated
 from fastapi import APIRouter, Body, Depends, HTTPException
 
 from idempotency import ReconcilerBusy, ReconcileReport
+from ledger import Role
 from reconciler.service._auth import Principal
 from reconciler.service._context import ServiceContext
 from reconciler.service._metrics import record_pass
@@ -21,21 +22,25 @@ def reconcile_router(
     @router.post(
         "/reconcile",
         response_model=ReconcileReport,
-        responses=problems(401, 403, 409, 413, 422, 503),
-        summary="Run one reconciliation pass over every scope (operators)",
+        responses=problems(401, 403, 409, 413, 422, 429, 503),
+        summary="One reconciliation pass: the key's scope (operators) or every scope (admins)",
         description=(
             "Asks each tool's lookup about due `outcome_unknown` operations and expired leases, "
-            "at most `limit` of them; never executes a write. Deployment-wide, like the "
-            "`writesafe reconcile` worker: the report counts every scope's operations."
+            "at most `limit` of them; never executes a write. An operator key's pass looks only "
+            "at its own scope, and its report counts only that scope's operations; an admin "
+            "key's pass is deployment-wide, like the `writesafe reconcile` worker."
         ),
     )
     async def reconcile(
-        _caller: Annotated[Principal, Depends(operator)],
+        caller: Annotated[Principal, Depends(operator)],
         body: Annotated[ReconcileRequest | None, Body()] = None,
     ) -> ReconcileReport:
         bounds = body or ReconcileRequest()
+        scope = None if caller.role is Role.ADMIN else caller.scope
         try:
-            report = await ctx.ws.reconcile(limit=bounds.limit, older_than=bounds.older_than)
+            report = await ctx.ws.reconcile(
+                limit=bounds.limit, older_than=bounds.older_than, scope=scope
+            )
         except ReconcilerBusy as error:
             raise HTTPException(409, str(error)) from error
         record_pass(report)

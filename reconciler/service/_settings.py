@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from pydantic import Field
+from limits import parse_many
+from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 
@@ -15,3 +16,26 @@ class ServiceSettings(BaseSettings):
     ready_timeout: float = Field(
         default=2.0, gt=0, description="Seconds /readyz waits for each store before failing."
     )
+    cursor_secret: SecretStr | None = Field(
+        default=None,
+        description="Seals listing cursors (any string, the same on every replica); unset: a key "
+        "per process, so a cursor opens only in the process that made it.",
+    )
+    rate_limits: bool = Field(
+        default=True, description="Whether requests are rate-limited at all (off for tests)."
+    )
+    rate_limit_per_key: str = Field(
+        default="100/second",
+        description="Requests per API key, in `limits` notation (`N/second;M/minute`).",
+    )
+    rate_limit_anonymous: str = Field(
+        default="20/second",
+        description="Requests per client address without a valid key (unknown or no key, "
+        "/readyz), in `limits` notation.",
+    )
+
+    @field_validator("rate_limit_per_key", "rate_limit_anonymous")
+    @classmethod
+    def _limits_notation(cls, value: str) -> str:
+        parse_many(value)  # ValueError for anything the limiter could not enforce
+        return value

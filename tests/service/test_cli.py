@@ -135,12 +135,22 @@ def test_keys_refuse_bad_arguments(project: Project) -> None:
         ["--scope", "", "--name", "x"],
         ["--scope", "a\tb", "--name", "x"],
         ["--scope", "a", "--name", "x" * 256],
-        ["--scope", "a", "--name", "x", "--role", "admin"],
+        ["--scope", "a", "--name", "x", "--role", "root"],
         ["--name", "x"],
     ):
         result = project.cli("keys", "create", "--app", app, *args)
         assert result.exit_code == 2, (args, result.output)
     assert json.loads(project.cli("keys", "list", "--app", app, "--json").stdout) == []
+
+
+def test_keys_create_makes_admin_keys(project: Project) -> None:
+    app = f"{project.module}:ws"
+    args = ["--scope", "ops", "--role", "admin", "--name", "prometheus", "--json"]
+    created = project.cli("keys", "create", "--app", app, *args)
+    assert created.exit_code == 0, created.output
+    assert json.loads(created.stdout)["role"] == "admin"
+    listed = json.loads(project.cli("keys", "list", "--app", app, "--json").stdout)
+    assert [(k["scope"], k["role"]) for k in listed] == [("ops", "admin")]
 
 
 def test_keys_and_serve_explain_a_wrong_app_path(project: Project) -> None:

@@ -1,6 +1,6 @@
 """Schemathesis against the service's own OpenAPI, through uvicorn on loopback.
 
-Every operation is fuzzed with schema-valid and schema-violating requests (with an operator key,
+Every operation is fuzzed with schema-valid and schema-violating requests (with an admin key,
 and without one) and every response is checked: no server error, a documented status, content
 type, headers and body. Bounded in examples so the run stays well under a minute.
 """
@@ -19,10 +19,11 @@ import httpx
 import pytest
 import schemathesis
 import uvicorn
+from schemathesis.checks import positive_data_acceptance
 
 from idempotency import WriteSafe
 from ledger import Role
-from reconciler.service import create_app
+from reconciler.service import ServiceSettings, create_app
 from tests.service.support import SCOPES, issue_keys, seed
 
 CONFIG = schemathesis.Config.from_dict(
@@ -55,12 +56,14 @@ def running(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Running]:
             try:
                 tokens = await issue_keys(ws)
                 await seed(ws, SCOPES[0])
-                server = uvicorn.Server(uvicorn.Config(create_app(ws), log_level="warning"))
+                # No rate limits: 429s (documented; test_rate_limits) would cut the coverage.
+                app = create_app(ws, ServiceSettings(rate_limits=False))
+                server = uvicorn.Server(uvicorn.Config(app, log_level="warning"))
                 holder["server"] = server
             except BaseException as error:
                 started.put(error)
                 raise
-            started.put(tokens[SCOPES[0], Role.OPERATOR])
+            started.put(tokens[SCOPES[0], Role.ADMIN])
             await server.serve(sockets=[sock])
 
     thread = threading.Thread(target=asyncio.run, args=(serve(),), daemon=True)
@@ -95,8 +98,13 @@ def filter_query(_context: schemathesis.HookContext, query: dict[str, Any] | Non
 
 @schema.parametrize()
 def test_the_service_honours_its_openapi(case: schemathesis.Case, running: Running) -> None:
+    # A cursor is valid only if this service sealed it for this key: one generated from its
+    # pattern is well-formed but not genuine, and its 422 is the point (test_cursors).
+    sealed_only = [positive_data_acceptance] if "cursor" in (case.query or {}) else []
     case.call_and_validate(
-        base_url=running.base_url, headers={"Authorization": f"Bearer {running.token}"}
+        base_url=running.base_url,
+        headers={"Authorization": f"Bearer {running.token}"},
+        excluded_checks=sealed_only,
     )
 
 
