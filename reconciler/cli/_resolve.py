@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import json
 from enum import StrEnum
 from typing import Annotated, Any
@@ -10,7 +9,6 @@ from typing import Annotated, Any
 import typer
 from rich.console import Console
 
-from idempotency import OperationNotFound, OperationStatus, ResolutionRefused, WriteSafeError
 from reconciler.cli._exit import ExitCode
 from reconciler.cli._loading import app_or_settings, fail
 from reconciler.cli._options import (
@@ -20,8 +18,8 @@ from reconciler.cli._options import (
     SchemaOption,
     ScopeOption,
 )
+from reconciler.cli._runner import run
 from reconciler.cli._status import _attempts, _summary
-from reconciler.cli._stores import unavailable_errors
 
 
 class _Outcome(StrEnum):
@@ -68,34 +66,21 @@ def resolve(
     if parsed_evidence is not None and not isinstance(parsed_evidence, dict):
         raise fail("--evidence must be a JSON object", ExitCode.USAGE)
     ws = app_or_settings(app, database_url, schema)
-
-    async def run() -> OperationStatus:
-        try:
-            return await ws.resolve(
-                key,
-                scope=scope,
-                outcome=outcome.value,
-                result=parsed_result,
-                reason=reason,
-                actor=actor,
-                evidence=parsed_evidence,
-            )
-        finally:
-            await ws.close()
-
-    try:
-        resolved = asyncio.run(run())
-    except OperationNotFound as error:
-        raise fail(str(error), ExitCode.NOT_FOUND) from error
-    except ResolutionRefused as error:
-        raise fail(str(error), ExitCode.FAILED) from error
-    except WriteSafeError as error:
-        raise fail(error.envelope.message, ExitCode.USAGE) from error
-    except unavailable_errors() as error:
-        raise fail(f"the ledger could not be reached: {error}", ExitCode.UNAVAILABLE) from error
+    resolved = run(
+        ws,
+        lambda ws: ws.resolve(
+            key,
+            scope=scope,
+            outcome=outcome.value,
+            result=parsed_result,
+            reason=reason,
+            actor=actor,
+            evidence=parsed_evidence,
+        ),
+    )
     console = Console()
     if as_json:
-        console.print_json(resolved.model_dump_json())
+        console.print_json(resolved.model_dump_json(by_alias=True))
         return
     console.print(_summary(resolved))
     console.print(_attempts(resolved))

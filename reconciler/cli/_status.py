@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
-
 from rich.console import Console
 from rich.table import Table
 
@@ -17,7 +15,7 @@ from reconciler.cli._options import (
     SchemaOption,
     ScopeOption,
 )
-from reconciler.cli._stores import unavailable_errors
+from reconciler.cli._runner import run
 
 
 def status(
@@ -30,22 +28,12 @@ def status(
 ) -> None:
     """Show an operation's status, result or error, and attempts (exit 4: unknown key)."""
     ws = app_or_settings(app, database_url, schema)
-
-    async def run() -> OperationStatus | None:
-        try:
-            return await ws.status(key, scope=scope)
-        finally:
-            await ws.close()
-
-    try:
-        found = asyncio.run(run())
-    except unavailable_errors() as error:
-        raise fail(f"the ledger could not be reached: {error}", ExitCode.UNAVAILABLE) from error
+    found = run(ws, lambda ws: ws.status(key, scope=scope))
     if found is None:
         raise fail(f"no operation with key {key!r} in scope {scope!r}", ExitCode.NOT_FOUND)
     console = Console()
     if as_json:
-        console.print_json(found.model_dump_json())
+        console.print_json(found.model_dump_json(by_alias=True))
         return
     console.print(_summary(found))
     console.print(_attempts(found))
