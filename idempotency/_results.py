@@ -41,6 +41,12 @@ class ResultCodec:
             # than the serializer goes, a failing __str__): record that the write returned one.
             return dumps_json(f"<unstorable {type(result).__name__}>")
 
+    def fit(self, result: Any) -> str:
+        """JSON text of a result someone else vouches for (an operator's resolution): it must
+        validate as the declared type, so every replay decodes it as an executed result would.
+        Raises `ValueError` (pydantic's `ValidationError`) when it does not fit."""
+        return self.encode(self._adapter.validate_python(result))
+
     def decode(self, text: str) -> Any:
         try:
             return self._adapter.validate_json(text)

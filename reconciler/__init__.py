@@ -43,6 +43,7 @@ from reconciler._problem import (
 )
 from reconciler._reconcile import ReconcilePolicy, Reconciler, ReconcileReport
 from reconciler._resolve import (
+    EvidenceRequired,
     OperationNotFound,
     Resolution,
     ResolutionRefused,
@@ -89,6 +90,7 @@ __all__ = [
     "Disposition",
     "DownstreamError",
     "ErrorEnvelope",
+    "EvidenceRequired",
     "FailedOperation",
     "Found",
     "Lookup",

@@ -1,9 +1,11 @@
 """Operator resolution: a person settles what reconciliation could not, on the record.
 
-Only a `needs_attention` operation is resolved this way. `succeeded` stores the result the
-operator vouches for; `failed` is the operator's proof of absence and follows the same rule as a
-lookup's conclusive NotFound (see `after_absence`). Who, when, why and the evidence are kept as
-an `operator` attempt, written in the same transaction as the change, and only if it took effect.
+A `needs_attention` operation is resolved this way, and so is an `outcome_unknown` one when the
+operator brings evidence (a tool without a lookup would otherwise wait out its whole backoff
+before escalating). `succeeded` stores the result the operator vouches for; `failed` is the
+operator's proof of absence and follows the same rule as a lookup's conclusive NotFound (see
+`after_absence`). Who, when, why and the evidence are kept as an `operator` attempt, written in
+the same transaction as the change, and only if it took effect.
 """
 
 from __future__ import annotations
@@ -16,10 +18,16 @@ from reconciler._absence import after_absence
 from reconciler._contract import CodeRegistry, SideEffects
 
 Resolution = Literal["succeeded", "failed"]
+RESOLVABLE = (Status.NEEDS_ATTENTION, Status.OUTCOME_UNKNOWN)
+
+
+class EvidenceRequired(ValueError):
+    """An `outcome_unknown` operation is settled only on evidence of what the operator checked."""
 
 
 class ResolutionRefused(Exception):
-    """Only a `needs_attention` operation can be resolved by an operator; `status` is its state."""
+    """Only `needs_attention` and `outcome_unknown` operations are resolved by an operator;
+    `status` is the state the operation is in."""
 
     def __init__(self, scope: str, key: str, status: Status | None) -> None:
         if status is None:
@@ -27,7 +35,7 @@ class ResolutionRefused(Exception):
         else:
             message = (
                 f"operation {key!r} in scope {scope!r} is {status.value}; only needs_attention "
-                "operations are resolved by an operator"
+                "and outcome_unknown operations are resolved by an operator"
             )
         super().__init__(message)
         self.scope = scope
@@ -55,12 +63,18 @@ async def resolve_operation(
     actor: str,
     evidence: Mapping[str, Any] | None,
 ) -> OperationRecord:
-    """Resolve a `needs_attention` operation; `encode(tool, result)` stores a succeeded result."""
+    """Resolve an operation an operator may settle; `encode(tool, result)` stores a succeeded
+    result (and refuses one that does not fit the tool)."""
     operation = await ledger.get(scope, key)
     if operation is None:
         raise OperationNotFound(scope, key)
-    if operation.status is not Status.NEEDS_ATTENTION:
+    if operation.status not in RESOLVABLE:
         raise ResolutionRefused(scope, key, operation.status)
+    if operation.status is Status.OUTCOME_UNKNOWN and not evidence:
+        raise EvidenceRequired(
+            "an outcome_unknown operation is settled only with evidence of what you checked "
+            'downstream (e.g. {"order": "ord-77", "checked_by": "support ticket T-12"})'
+        )
     record = {
         "previous_status": operation.status.value,
         "last_code": operation.last_code,

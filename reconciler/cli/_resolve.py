@@ -1,4 +1,4 @@
-"""`writesafe resolve KEY`: an operator settles a `needs_attention` operation, on the record."""
+"""`writesafe resolve KEY`: an operator settles an escalated or unknown operation, on the record."""
 
 from __future__ import annotations
 
@@ -59,8 +59,10 @@ def resolve(
     schema: SchemaOption = None,
     as_json: JsonOption = False,
 ) -> None:
-    """Resolve a needs_attention operation as succeeded or failed, audited (who, why, evidence).
-    Exit 1 if it is in any other state, 4 if there is no such key."""
+    """Resolve a needs_attention operation, or an outcome_unknown one with --evidence, as
+    succeeded or failed, audited (who, why, evidence). With succeeded, --result must fit what the
+    tool stores (a FastAPI route: {"status_code": 201, "body": {...}}). Exit 1 if the operation is
+    in any other state, 2 for a result that does not fit, 4 if there is no such key."""
     parsed_result = _json_option(result, "--result")
     parsed_evidence = _json_option(evidence, "--evidence")
     if parsed_evidence is not None and not isinstance(parsed_evidence, dict):

@@ -53,7 +53,7 @@ def _summary(found: OperationStatus) -> Table:
 
 def _attempts(found: OperationStatus) -> Table:
     table = Table(title="attempts")
-    for column in ("kind", "execution", "outcome", "code", "started", "finished"):
+    for column in ("kind", "execution", "outcome", "code", "by", "reason", "started", "finished"):
         table.add_column(column)
     for attempt in found.attempts:
         table.add_row(
@@ -61,6 +61,8 @@ def _attempts(found: OperationStatus) -> Table:
             str(attempt.execution or ""),
             attempt.outcome or "",
             attempt.code or "",
+            attempt.actor or "",  # an operator's resolution: who, and why
+            attempt.reason or "",
             attempt.started_at.isoformat(timespec="milliseconds"),
             attempt.finished_at.isoformat(timespec="milliseconds") if attempt.finished_at else "",
         )

@@ -111,7 +111,10 @@ def operations_router(
         "/operations/{key}/resolve",
         response_model=OperationStatus,
         responses=problems(401, 403, 404, 409, 413, 422, 503),
-        summary="Resolve a needs_attention operation as succeeded or failed (operators; audited)",
+        summary=(
+            "Resolve a needs_attention operation, or an outcome_unknown one with evidence, as "
+            "succeeded or failed (operators; audited)"
+        ),
     )
     async def resolve_operation(
         key: KeyPath,
