@@ -9,9 +9,10 @@ async def submit_order(order: dict) -> dict: ...
 
 await submit_order({"sku": "A1"}, idempotency_key="ord-7")
 
-Integrations: `idempotent_route` guards your FastAPI endpoints by their `Idempotency-Key` header
-(`add_problem_handlers` answers FastAPI's own errors alike); `add_mcp_tool` serves a tool to
-agents on an `MCPServer`.
+Integrations: `FencedTransport` (or `fenced_client()`) fences every httpx request a guarded write
+sends and forwards its key and fencing token; `idempotent_route` guards your FastAPI endpoints by
+their `Idempotency-Key` header (`add_problem_handlers` answers FastAPI's own errors alike);
+`add_mcp_tool` serves a tool to agents on an `MCPServer`.
 """
 
 from __future__ import annotations
@@ -21,6 +22,8 @@ from typing import TYPE_CHECKING, Any
 
 from idempotency._context import OperationContext, current_operation
 from idempotency._errors import WriteSafeError
+from idempotency._fence import LeaseLost
+from idempotency._httpx import FencedTransport, SyncFencedTransport, fenced_client
 from idempotency._keys import DEFAULT_SCOPE, MAX_KEY_LENGTH
 from idempotency._settings import WriteSafeSettings
 from idempotency._tool import Invocation, Tool
@@ -58,8 +61,10 @@ __all__ = [
     "MAX_KEY_LENGTH",
     "REPLAYED_HEADER",
     "ErrorEnvelope",
+    "FencedTransport",
     "Found",
     "Invocation",
+    "LeaseLost",
     "LookupOperation",
     "NotFound",
     "OperationContext",
@@ -69,6 +74,7 @@ __all__ = [
     "ReconcilerBusy",
     "ResolutionRefused",
     "Status",
+    "SyncFencedTransport",
     "Tool",
     "ToolError",
     "Unknown",
@@ -78,6 +84,7 @@ __all__ = [
     "add_mcp_tool",
     "add_problem_handlers",
     "current_operation",
+    "fenced_client",
     "idempotent_route",
 ]
 

@@ -3,17 +3,35 @@
 from __future__ import annotations
 
 from contextvars import ContextVar
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+
+from idempotency._fence import Fence
 
 
 @dataclass(frozen=True, slots=True)
 class OperationContext:
-    """Forward `key` downstream as a client reference / Idempotency-Key so lookups can find it."""
+    """Forward `key` downstream as a client reference / Idempotency-Key so lookups can find it,
+    and call `fence()` immediately before each send (the httpx integration does both)."""
 
     key: str
     scope: str
     tool: str
     execution: int
+    _fence: Fence = field(repr=False, compare=False)
+
+    @property
+    def fencing_token(self) -> int:
+        """Grows with every execution of the operation: a downstream that keeps the highest token
+        it has seen per key can refuse a stale writer's request."""
+        return self._fence.token
+
+    def fence(self) -> None:
+        """Admit one send, or raise `LeaseLost` if this execution's lease may have run out.
+
+        Local and free of I/O, so call it immediately before every request the write sends. A
+        refused first send proves the execution sent nothing; the guard records it so.
+        """
+        self._fence.admit()
 
 
 _current: ContextVar[OperationContext | None] = ContextVar("writesafe_operation", default=None)

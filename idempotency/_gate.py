@@ -8,6 +8,7 @@ retry_after. A tool without a lookup never replays an unknown outcome.
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -18,8 +19,9 @@ from reconciler import (
     Code,
     CodeRegistry,
     ErrorEnvelope,
-    LookupOutcome,
-    after_absence,
+    Established,
+    ProvenAbsent,
+    judge_lookup,
     operation_info,
     run_lookup,
 )
@@ -38,9 +40,11 @@ class Reconciled:
 
 @dataclass(frozen=True, slots=True)
 class Resumed:
-    """The effect proved absent: execute under this restarted operation (the caller's lease)."""
+    """The effect proved absent: execute under this restarted operation (the caller's lease,
+    written by a statement sent at `leased_at` on the monotonic clock)."""
 
     operation: OperationRecord
+    leased_at: float
 
 
 async def replay_gate(
@@ -69,27 +73,29 @@ async def replay_gate(
             operation,
             f"{call.tool.name} has no lookup, so the key never runs again by itself",
         )
-    check = await run_lookup(spec, operation, await ledger.attempts(operation.id), ledger.clock)
+    started_at = await ledger.now()  # the ledger's clock judges the settle window
+    check = await run_lookup(spec, operation, await ledger.attempts(operation.id), started_at)
     audit = check.attempt(ACTOR, intent.owner)
-    if check.outcome is LookupOutcome.FOUND:
-        assert check.result is not None
+    verdict = judge_lookup(check, operation, codes)
+    if isinstance(verdict, Established):
         found = await ledger.settle(
             operation,
             AttemptKind.LOOKUP,
             audit,
             status=Status.SUCCEEDED,
-            result=check.result,
+            result=verdict.result,
             next_check_at=None,
         )
         if found is None:
             return None
-        return Reconciled(call.tool.codec.decode(check.result), found)
-    if check.outcome is LookupOutcome.NOT_FOUND:
-        absence = after_absence(operation, codes)
+        return Reconciled(call.tool.codec.decode(verdict.result), found)
+    if isinstance(verdict, ProvenAbsent):
+        absence = verdict.absence
         if absence.continues:
             await ledger.record_attempt(operation.id, AttemptKind.LOOKUP, **audit)
+            leased_at = time.monotonic()
             restarted = await ledger.restart(operation, intent)
-            return None if restarted is None else Resumed(restarted)
+            return None if restarted is None else Resumed(restarted, leased_at)
         failed = await ledger.settle(
             operation,
             AttemptKind.LOOKUP,
@@ -104,7 +110,7 @@ async def replay_gate(
         raise WriteSafeError(absence.envelope.with_operation(operation_info(failed)))
     await ledger.record_attempt(operation.id, AttemptKind.LOOKUP, **audit)
     reason = check.evidence.get("reason", "the lookup could not tell")
-    retry_after_ms = check.retry_after_ms(ledger.clock.now(), _ASK_AGAIN_MS)
+    retry_after_ms = check.retry_after_ms(started_at, _ASK_AGAIN_MS)
     raise _unknown(codes, operation, f"the lookup could not confirm it: {reason}", retry_after_ms)
 
 

@@ -29,6 +29,7 @@ from tenacity import (
 from idempotency._attempts import attempt
 from idempotency._context import OperationContext, reset_current, set_current
 from idempotency._errors import WriteSafeError
+from idempotency._fence import Fence, LeaseLost
 from idempotency._fills import CacheFills
 from idempotency._gate import Resumed, replay_gate
 from idempotency._keystore import CachedOutcome, LeaseState, RedisKeyStore
@@ -44,6 +45,7 @@ from idempotency._spec import GuardedCall
 from ledger import (
     Claim,
     Intent,
+    LeaseHeld,
     Ledger,
     OperationRecord,
     Outcome,
@@ -59,8 +61,10 @@ from reconciler import (
     FailedOperation,
     OperationInfo,
     RetrySignal,
+    RowAction,
     SideEffects,
     decide_continuation,
+    decide_row,
     exception_evidence,
     operation_info,
 )
@@ -73,6 +77,7 @@ LEDGER_ERRORS: tuple[type[BaseException], ...] = (SQLAlchemyError, OSError, Time
 _MIN_RETRY_AFTER_MS = 50
 _MAX_RETRY_AFTER_MS = 5_000
 _MAX_POLL_SECONDS = 0.05
+_LEASE_LOST_RETRY_AFTER_MS = 1_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -224,9 +229,10 @@ class Guard:
                 return finished or _Busy(_MIN_RETRY_AFTER_MS)
             holds_store_lease = store.state is LeaseState.ACQUIRED
         try:
+            leased_at = time.monotonic()  # the claim sets the lease no earlier than this
             claim = await self._claim(call, owner)
             try:
-                answer = await self._proceed(call, claim, owner)
+                answer = await self._proceed(call, claim, owner, leased_at)
             except LEDGER_ERRORS as error:
                 raise self._ledger_lost(call, claim.operation) from error
             return answer
@@ -287,28 +293,29 @@ class Guard:
             auth_hash=call.auth_hash,
         )
 
-    async def _proceed(self, call: GuardedCall, claim: Claim, owner: str) -> _Answer | _Busy:
-        """Decide what the row we found means for this call."""
+    async def _proceed(
+        self, call: GuardedCall, claim: Claim, owner: str, leased_at: float
+    ) -> _Answer | _Busy:
+        """Decide what the row we found means for this call; `leased_at`: when (monotonic) the
+        claim that may have leased it to us was sent."""
         operation = claim.operation
-        if claim.created or operation.lease_owner == owner:
-            return await self._execute(call, operation, owner)
-        same_payload = operation.fingerprint == call.fingerprint
-        if operation.status is Status.SUCCEEDED:
-            if not same_payload:
-                raise self._key_reused(call, operation.tool, operation_info(operation))
+        action = decide_row(
+            operation, created=claim.created, owner=owner, fingerprint=call.fingerprint
+        )
+        if action is RowAction.EXECUTE:
+            return await self._execute(call, operation, owner, leased_at)
+        if action is RowAction.REPLAY:
             assert operation.result is not None
             return _Answer(call.tool.codec.decode(operation.result), "replayed", operation)
-        if operation.status is Status.FAILED:
+        if action is RowAction.CONTINUE:
             return await self._continue_failed(call, operation, owner)
-        if not same_payload:
+        if action is RowAction.KEY_REUSED:
             raise self._key_reused(call, operation.tool, operation_info(operation))
-        if operation.status is Status.IN_FLIGHT:
-            now = self.ledger.clock.now()
-            if not operation.lease_expired(now):
-                assert operation.lease_expires_at is not None
-                left = (operation.lease_expires_at - now).total_seconds() * 1000
-                return _Busy(_clamp_retry_after(left))
+        if action is RowAction.JUDGE_LEASE:
+            # The ledger judges the lease on its own clock: this process's may be off.
             expired = await self.ledger.expire(operation)
+            if isinstance(expired, LeaseHeld):
+                return _Busy(_clamp_retry_after(expired.seconds_left * 1000))
             if expired is None:
                 return _Busy(0)
             operation = expired
@@ -318,13 +325,17 @@ class Guard:
         if decision is None:
             return _Busy(0)
         if isinstance(decision, Resumed):
-            return await self._execute(call, decision.operation, owner)
+            return await self._execute(call, decision.operation, owner, decision.leased_at)
         return _Answer(decision.value, "reconciled", decision.operation)
 
     async def _continue_failed(
         self, call: GuardedCall, operation: OperationRecord, owner: str
     ) -> _Answer | _Busy:
         stored = _stored_envelope(operation)
+        # A continuation waits out a stated delay on the ledger's clock, which stamped the
+        # failure; with no delay stated, the failure's own time is as late as any (no round trip).
+        delayed = stored is not None and bool(stored.retry_after_ms)
+        now = await self.ledger.now() if delayed else operation.updated_at
         decision = decide_continuation(
             FailedOperation(
                 code=operation.last_code,
@@ -337,7 +348,7 @@ class Guard:
             ),
             fingerprint=call.fingerprint,
             auth_hash=call.auth_hash,
-            now=self.ledger.clock.now(),
+            now=now,
             codes=self.codes,
         )
         if decision is Continuation.KEY_REUSED:
@@ -345,28 +356,43 @@ class Guard:
         if decision is Continuation.STORED_FAILURE:
             envelope = stored or self.codes.envelope(Code.UNKNOWN_ERROR, "failed")
             raise WriteSafeError(envelope.with_operation(operation_info(operation)))
+        leased_at = time.monotonic()
         restarted = await self.ledger.restart(operation, self._intent(call, owner))
         if restarted is None:
             return _Busy(0)
-        return await self._execute(call, restarted, owner)
+        return await self._execute(call, restarted, owner, leased_at)
 
-    async def _execute(self, call: GuardedCall, operation: OperationRecord, owner: str) -> _Answer:
-        """Run the write under its lease, retrying automatically only where no effect is proven."""
+    async def _execute(
+        self, call: GuardedCall, operation: OperationRecord, owner: str, leased_at: float
+    ) -> _Answer:
+        """Run the write under its lease, retrying automatically only where no effect is proven.
+
+        Each execution runs behind a fence of its own, from the lease write sent at `leased_at`
+        (monotonic), which the lease keeper moves on with every confirmed renewal.
+        """
         failure: _Retryable | None = None
+        store_token = None if self.keystore is None else _store_token(owner, call.fingerprint)
+
+        def fenced(at: float) -> HeldLease:
+            """The lease of the current execution, fenced from its lease write sent `at`."""
+            fence = Fence(call.key, operation.executions, at, self.settings.lease_seconds)
+            return HeldLease(operation.id, owner, call.scope, call.key, store_token, fence)
+
+        lease = fenced(leased_at)
+        self._leases.hold(lease)  # held through the waits between executions too
 
         async def execution() -> _Answer:
-            nonlocal operation, failure
+            nonlocal operation, failure, lease
             if failure is not None:
+                sent_at = time.monotonic()
                 operation = await self._next_execution(call, operation, owner, failure)
+                lease = fenced(sent_at)
+                self._leases.hold(lease)  # the same operation: it replaces the last one
             try:
-                return await self._execute_once(call, operation, owner)
+                return await self._execute_once(call, operation, owner, lease.fence)
             except _Retryable as retryable:
                 failure = retryable
                 raise
-
-        store_token = None if self.keystore is None else _store_token(owner, call.fingerprint)
-        lease = HeldLease(operation.id, owner, call.scope, call.key, store_token)
-        self._leases.hold(lease)
 
         def retrying() -> AsyncRetrying:
             return AsyncRetrying(
@@ -382,18 +408,23 @@ class Guard:
             self._leases.release(lease)
 
     async def _execute_once(
-        self, call: GuardedCall, operation: OperationRecord, owner: str
+        self, call: GuardedCall, operation: OperationRecord, owner: str, fence: Fence
     ) -> _Answer:
-        """Run the write once under its timeout, and record what happened."""
-        context = OperationContext(call.key, call.scope, call.tool.name, operation.executions)
+        """Run the write once under its timeout and its fence, and record what happened."""
+        context = OperationContext(
+            call.key, call.scope, call.tool.name, operation.executions, fence
+        )
         token = set_current(context)
         try:
             deadline = asyncio.timeout(call.tool.timeout)
             try:
-                async with deadline:
+                fence.check()  # a stall since the claim may have cost the lease: send nothing
+                async with deadline, fence:
                     value = await call.invoke()
             except BaseException as error:
-                classification = self._classify(call, error, timed_out=deadline.expired())
+                classification = self._classify(
+                    call, error, timed_out=deadline.expired(), fence=fence
+                )
                 if _leaving(error):
                     # The caller is going away: record what we know, then let it go.
                     outcome = _failure_outcome(classification)
@@ -530,8 +561,24 @@ class Guard:
         return None
 
     def _classify(
-        self, call: GuardedCall, error: BaseException, *, timed_out: bool
+        self, call: GuardedCall, error: BaseException, *, timed_out: bool, fence: Fence
     ) -> Classification:
+        if isinstance(error, LeaseLost) and not error.sent_before:
+            envelope = self.codes.envelope(
+                Code.TEMP_UNAVAILABLE,
+                "this execution's lease may have run out before the write was sent; nothing "
+                "was sent",
+                retry_after_ms=_LEASE_LOST_RETRY_AFTER_MS,
+                side_effects=SideEffects.NONE,
+            )
+            return Classification(envelope, {"fence": "refused before any send"})
+        if isinstance(error, LeaseLost) or fence.closed_the_task():
+            message = (
+                "this execution's lease ran out while the write ran (a stall, or renewals that "
+                "failed); it may have been applied"
+            )
+            envelope = self.codes.envelope(Code.OUTCOME_UNKNOWN, message)
+            return Classification(envelope, {"fence": "closed after the write started"})
         if timed_out:
             message = (
                 f"the write did not finish within {call.tool.timeout}s; it may have been applied"

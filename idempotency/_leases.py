@@ -3,7 +3,8 @@
 A lease per write renewed by a task per write costs a task on every call and a transaction per
 write every `lease/3`, which caps a process at a few hundred concurrent long writes. Instead the
 guard registers each running write here; one task renews every registered lease with one ledger
-statement (and one Redis pipeline) per tick, and exits when no write is running.
+statement (and one Redis pipeline) per tick, and exits when no write is running. Each confirmed
+renewal moves the write's send-time fence on; a refused one closes it, which ends the write.
 """
 
 from __future__ import annotations
@@ -11,8 +12,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from dataclasses import dataclass
 
+from idempotency._fence import Fence
 from idempotency._keystore import RedisKeyStore
 from ledger import Ledger
 
@@ -30,13 +33,16 @@ class HeldLease:
     # None without a key store. A token whose Redis lease is not ours (Redis was down at the
     # claim, or another payload held the key) renews nothing: the renewal compares the token.
     store_token: str | None
+    fence: Fence
 
 
 class LeaseKeeper:
     """Renews every held lease each `lease_seconds / 3`, until its write lets go of it.
 
-    A lease the ledger no longer grants (it expired and was taken over) is dropped: its owner
-    will find its outcome fenced off when it records it.
+    A lease the ledger no longer grants (it expired and was taken over) is dropped and its fence
+    closed: the write's task is cancelled, and its owner finds its outcome fenced off when it
+    records it. A renewal that fails (the ledger is unreachable) confirms nothing, so the fence
+    closes by itself when the last confirmed lease is about to run out.
     """
 
     def __init__(
@@ -81,6 +87,7 @@ class LeaseKeeper:
 
     async def _renew(self, leases: list[HeldLease]) -> None:
         owners = {lease.operation_id: lease.owner for lease in leases}
+        sent_at = time.monotonic()
         try:
             kept = await self._ledger.renew_leases(owners, self._lease_seconds)
         except self._errors as error:
@@ -88,7 +95,10 @@ class LeaseKeeper:
             logger.warning("could not renew leases (%s)", type(error).__name__)
             return
         for lease in leases:
-            if lease.operation_id not in kept:
+            if lease.operation_id in kept:
+                lease.fence.confirm(sent_at)
+            else:
+                lease.fence.revoke()
                 self.release(lease)
         if self._keystore is not None:
             tokens = [

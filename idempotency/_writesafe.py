@@ -86,6 +86,7 @@ class WriteSafe:
             clock=clock,
             connect_timeout=self.settings.connect_timeout,
             pool_size=self.settings.pool_size,
+            lease_seconds=self.settings.lease_seconds,
         )
         self.keystore = (
             RedisKeyStore(

@@ -4,14 +4,14 @@ The ledger is the source of truth of writesafe. It imports neither `idempotency`
 """
 
 from ledger._api_keys import ApiKeyRecord, ApiKeys, Role
-from ledger._clock import Clock, ManualClock, SystemClock
+from ledger._clock import Clock, ManualClock, StoreTime, SystemClock
 from ledger._engine import DEFAULT_DATABASE_URL, UnsupportedDatabase, create_engine
 from ledger._json import canonical_json, dumps_json, loads_json
 from ledger._ledger import (
     LEASE_EXPIRED,
-    Claim,
     DueBatch,
     Intent,
+    LeaseHeld,
     Ledger,
     Outcome,
     Settlement,
@@ -25,6 +25,7 @@ from ledger._states import (
     Status,
     check_transition,
 )
+from ledger._writer import Claim
 
 __all__ = [
     "DEFAULT_DATABASE_URL",
@@ -42,6 +43,7 @@ __all__ = [
     "DueBatch",
     "IllegalTransition",
     "Intent",
+    "LeaseHeld",
     "Ledger",
     "LedgerNotMigrated",
     "ManualClock",
@@ -51,6 +53,7 @@ __all__ = [
     "Role",
     "Settlement",
     "Status",
+    "StoreTime",
     "SystemClock",
     "UnsupportedDatabase",
     "canonical_json",

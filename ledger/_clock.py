@@ -1,10 +1,30 @@
-"""Wall-clock time as an injectable value, so leases and settle windows test without sleeping."""
+"""Time as an injectable value, so leases and settle windows test without sleeping.
+
+Which clock judges what: every judgement of time that crosses processes (lease expiry, due
+checks, settle windows, continuation delays) is made on the store's clock where it has one
+(PostgreSQL's `now()`, written into statements as a `StoreTime`); a `Clock` given to the ledger
+replaces it, for tests. A process's own monotonic clock serves only local deadlines.
+"""
 
 from __future__ import annotations
 
 import asyncio
+import time
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Protocol
+
+
+@dataclass(frozen=True, slots=True)
+class StoreTime:
+    """A moment on the store's own clock: its time when the statement runs, plus `offset`
+    seconds. Only a statement can hold one; the row it writes has the real value."""
+
+    offset: float = 0.0
+
+    @property
+    def interval(self) -> timedelta:
+        return timedelta(seconds=self.offset)
 
 
 class Clock(Protocol):
@@ -18,12 +38,19 @@ class Clock(Protocol):
         """Wait `seconds` of this clock's time."""
         ...
 
+    def monotonic(self) -> float:
+        """Seconds on a clock that never steps, for measuring durations within this process."""
+        ...
+
 
 class SystemClock:
-    """Real time: `datetime.now(UTC)` and `asyncio.sleep`."""
+    """Real time: `datetime.now(UTC)`, `asyncio.sleep` and `time.monotonic`."""
 
     def now(self) -> datetime:
         return datetime.now(UTC)
+
+    def monotonic(self) -> float:
+        return time.monotonic()
 
     async def sleep(self, seconds: float) -> None:
         await asyncio.sleep(seconds)
@@ -34,11 +61,21 @@ class ManualClock:
 
     def __init__(self, start: datetime | None = None) -> None:
         self._now = start or datetime(2026, 1, 1, tzinfo=UTC)
+        self._elapsed = 0.0
 
     def now(self) -> datetime:
         return self._now
 
+    def monotonic(self) -> float:
+        return self._elapsed
+
     def advance(self, seconds: float) -> None:
+        self._now += timedelta(seconds=seconds)
+        self._elapsed += seconds
+
+    def step(self, seconds: float) -> None:
+        """Step the wall clock alone (an NTP correction, a VM resumed with an old clock): no time
+        passes on the monotonic clock."""
         self._now += timedelta(seconds=seconds)
 
     async def sleep(self, seconds: float) -> None:

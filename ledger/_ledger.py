@@ -2,13 +2,18 @@
 
 Every state change is `UPDATE … WHERE id = :id AND version = :version` (plus the lease owner when
 an attempt finishes), checked against the state machine first. A writer whose lease was taken
-over therefore changes nothing: it sees `False` and must not claim the outcome it observed.
+over therefore changes nothing: it sees `None` and must not claim the outcome it observed.
+
+Time is judged on one clock: PostgreSQL's. Leases, due checks and settle windows are written and
+compared with the server's `now()`, never with the time of whichever process looks (its clock may
+be off). SQLite has no server clock: there a lease is judged by what this process has watched
+(`ledger._lease_watch`). A `Clock` given to the ledger replaces the server's, for tests.
 """
 
 from __future__ import annotations
 
 import builtins
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
@@ -29,13 +34,14 @@ from sqlalchemy import cast as sql_cast
 from sqlalchemy.engine import URL
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
-from ledger._clock import Clock, SystemClock
+from ledger._clock import Clock, StoreTime, SystemClock
 from ledger._engine import (
     create_engine,
     is_sqlite,
     postgres_connect_options,
     sqlite_writer_engine,
 )
+from ledger._lease_watch import LeaseWatch
 from ledger._migrations import ensure_current, upgrade
 from ledger._pg_writer import PostgresWriter
 from ledger._records import AttemptKind, AttemptRecord, OperationRecord
@@ -43,12 +49,16 @@ from ledger._sqlite_writer import SqliteWriter
 from ledger._states import Status, check_transition
 from ledger._writer import (
     Change,
+    Claim,
     ClosedExecution,
+    Moment,
     Writer,
     attempts,
     compare_and_set,
     operations,
 )
+
+DEFAULT_LEASE_SECONDS = 15.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,11 +77,10 @@ class Intent:
 
 
 @dataclass(frozen=True, slots=True)
-class Claim:
-    """The row after a claim; `created` is True when this caller's intent became the operation."""
+class LeaseHeld:
+    """An `in_flight` lease that has not run out on the ledger's clock, for `seconds_left`."""
 
-    operation: OperationRecord
-    created: bool
+    seconds_left: float
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,11 +109,22 @@ class Outcome:
 class Ledger:
     """The source of truth for operations; thin, async, and safe to share across tasks."""
 
-    def __init__(self, engine: AsyncEngine, writer: Writer, clock: Clock | None = None) -> None:
+    def __init__(
+        self,
+        engine: AsyncEngine,
+        writer: Writer,
+        clock: Clock | None = None,
+        *,
+        lease_seconds: float = DEFAULT_LEASE_SECONDS,
+    ) -> None:
         self.engine = engine
         # The guard's hot writes; everything else (reads, reconciliation) goes through `engine`.
         self.writer = writer
         self.clock: Clock = clock or SystemClock()
+        # True: time is the server's `now()`. SQLite has no server clock; a given clock wins.
+        self.server_clock = clock is None and not is_sqlite(engine)
+        # On SQLite, how long the writers' leases last: a lease seen unchanged that long ran out.
+        self._watch = LeaseWatch(self.clock, lease_seconds)
 
     @classmethod
     def from_url(
@@ -115,14 +135,18 @@ class Ledger:
         clock: Clock | None = None,
         connect_timeout: float = 5.0,
         pool_size: int = 10,
+        lease_seconds: float = DEFAULT_LEASE_SECONDS,
     ) -> Ledger:
         engine = create_engine(
             url, schema=schema, connect_timeout=connect_timeout, pool_size=pool_size
         )
+        writer: Writer
         if is_sqlite(engine):
-            return cls(engine, SqliteWriter(sqlite_writer_engine(url)), clock)
-        options = postgres_connect_options(url, schema=schema, connect_timeout=connect_timeout)
-        return cls(engine, PostgresWriter(options, pool_size), clock)
+            writer = SqliteWriter(sqlite_writer_engine(url))
+        else:
+            options = postgres_connect_options(url, schema=schema, connect_timeout=connect_timeout)
+            writer = PostgresWriter(options, pool_size)
+        return cls(engine, writer, clock, lease_seconds=lease_seconds)
 
     @property
     def is_sqlite(self) -> bool:
@@ -214,6 +238,35 @@ class Ledger:
         async with self.engine.connect() as conn:
             await conn.execute(select(1))
 
+    # -- time ----------------------------------------------------------------------------
+
+    async def now(self) -> datetime:
+        """The ledger's time now: the server's clock (one round trip), else the given clock."""
+        if not self.server_clock:
+            return self.clock.now()
+        async with self.engine.connect() as conn:
+            return await self._now_in(conn)
+
+    async def _now_in(self, conn: AsyncConnection) -> datetime:
+        """The ledger's time, read inside the caller's transaction."""
+        if not self.server_clock:
+            return self.clock.now()
+        now: datetime = (await conn.execute(select(func.now()))).scalar_one()
+        return now
+
+    def _at(self, offset: float = 0.0) -> Moment:
+        """The ledger's time plus `offset` seconds, for a hot write to record: the server's own
+        `now()` as the statement runs, else the given clock's time."""
+        if self.server_clock:
+            return StoreTime(offset)
+        return self.clock.now() + timedelta(seconds=offset)
+
+    def _now_sql(self, offset: float = 0.0) -> ColumnElement[datetime] | datetime:
+        """`_at` for statements built here: SQL `now()` on the server's clock."""
+        if self.server_clock:
+            return func.now() + timedelta(seconds=offset) if offset else func.now()
+        return self.clock.now() + timedelta(seconds=offset)
+
     # -- claims --------------------------------------------------------------------------
 
     async def claim(self, intent: Intent) -> Claim:
@@ -222,12 +275,12 @@ class Ledger:
         The unique `(scope, key)` constraint decides between concurrent claimers; the winner's
         operation row and first execution attempt are written atomically.
         """
-        row = _operation_values(intent, self.clock.now())
+        row = _operation_values(intent, self._at)
         while True:
             claimed = await self.writer.claim(row)
-            if isinstance(claimed, int):
-                return Claim(OperationRecord(id=claimed, **row), created=True)
-            existing = claimed or await self.writer.fetch(intent.scope, intent.key)
+            if claimed is not None:
+                return claimed
+            existing = await self.writer.fetch(intent.scope, intent.key)
             if existing is not None:
                 return Claim(existing, created=False)
             # The row that won the conflict was deleted since (pruning, docs/operations.md):
@@ -239,20 +292,20 @@ class Ledger:
         Returns the new row, or None when another caller changed the operation first.
         """
         check_transition(current.status, Status.IN_FLIGHT)
-        now = self.clock.now()
+        now = self._at()
         values = {
             "status": Status.IN_FLIGHT.value,
             "fingerprint": intent.fingerprint,
             "arguments": intent.arguments,
             "auth_hash": intent.auth_hash,
             "lease_owner": intent.owner,
-            "lease_expires_at": now + timedelta(seconds=intent.lease_seconds),
+            "lease_expires_at": self._at(intent.lease_seconds),
             "executions": current.executions + 1,
             "last_sent_at": now,
             "next_check_at": None,
             "checks": 0,
         }
-        return await self._change(Change(current, values, now, opens=True))
+        return await self.writer.change(Change(current, values, now, opens=True))
 
     async def finish(
         self, current: OperationRecord, owner: str, outcome: Outcome
@@ -262,7 +315,7 @@ class Ledger:
         The attempt row keeps the owner's evidence either way: it is the owner's own record.
         """
         check_transition(current.status, outcome.status)
-        now = self.clock.now()
+        now = self._at()
         values: dict[str, Any] = {
             "status": outcome.status.value,
             "lease_owner": None,
@@ -274,7 +327,7 @@ class Ledger:
         if outcome.status is Status.OUTCOME_UNKNOWN:
             values["next_check_at"] = now
         closes = ClosedExecution(owner, outcome.status.value, outcome.attempt_values, now)
-        return await self._change(Change(current, values, now, owner=owner, closes=closes))
+        return await self.writer.change(Change(current, values, now, owner=owner, closes=closes))
 
     async def retry(
         self,
@@ -289,11 +342,11 @@ class Ledger:
         take the key between two executions. None if the owner was fenced off meanwhile.
         """
         check_transition(current.status, Status.IN_FLIGHT)
-        now = self.clock.now()
+        now = self._at()
         values = {
             "status": Status.IN_FLIGHT.value,
             "executions": current.executions + 1,
-            "lease_expires_at": now + timedelta(seconds=intent.lease_seconds),
+            "lease_expires_at": self._at(intent.lease_seconds),
             "last_sent_at": now,
             "error": failed.error,
             "last_code": failed.code,
@@ -302,11 +355,7 @@ class Ledger:
             intent.owner, Status.FAILED.value, failed.attempt_values, failed_at
         )
         change = Change(current, values, now, owner=intent.owner, closes=closes, opens=True)
-        return await self._change(change)
-
-    async def _change(self, change: Change) -> OperationRecord | None:
-        # The writer reports only whether the change landed; the row it made is known here.
-        return change.landed() if await self.writer.change(change) else None
+        return await self.writer.change(change)
 
     async def renew_leases(self, leases: Mapping[int, str], seconds: float) -> set[int]:
         """Extend the `in_flight` leases `{operation id: owner}` by `seconds`, in one statement.
@@ -316,39 +365,82 @@ class Ledger:
         """
         if not leases:
             return set()
-        until = self.clock.now() + timedelta(seconds=seconds)
-        return await self.writer.renew(leases, until)
+        return await self.writer.renew(leases, self._at(seconds))
 
-    async def expire(self, current: OperationRecord) -> OperationRecord | None:
-        """Turn an `in_flight` operation whose lease ran out into `outcome_unknown`."""
-        now = self.clock.now()
-        if current.status is not Status.IN_FLIGHT or not current.lease_expired(now):
-            raise ValueError("only an in_flight operation with an expired lease can be expired")
+    async def expire(self, current: OperationRecord) -> OperationRecord | LeaseHeld | None:
+        """Turn an `in_flight` operation whose lease ran out into `outcome_unknown`.
+
+        The ledger's clock judges (module docstring): the new row if the lease had run out,
+        `LeaseHeld` while it runs, None when the row changed meanwhile.
+        """
+        if current.status is not Status.IN_FLIGHT:
+            raise ValueError("only an in_flight operation can be expired")
         check_transition(current.status, Status.OUTCOME_UNKNOWN)
-        values = {
-            "status": Status.OUTCOME_UNKNOWN.value,
-            "lease_owner": None,
-            "lease_expires_at": None,
-            "last_code": LEASE_EXPIRED,
-            "next_check_at": now,
-        }
+        lease = operations.c.lease_expires_at
+        if self.is_sqlite:
+            left = self._watch.seconds_left(current)
+            if left > 0:
+                return LeaseHeld(left)
+            # Expire it only as it was watched: a renewal since then would change its expiry.
+            ran_out: ColumnElement[bool] = (
+                lease.is_(None)
+                if current.lease_expires_at is None
+                else (lease == current.lease_expires_at)
+            )
+        else:
+            ran_out = or_(lease.is_(None), lease <= self._now_sql())
+        now = self._now_sql()
+        statement = (
+            update(operations)
+            .where(
+                operations.c.id == current.id,
+                operations.c.version == current.version,
+                operations.c.status == Status.IN_FLIGHT.value,
+                ran_out,
+            )
+            .values(
+                status=Status.OUTCOME_UNKNOWN.value,
+                lease_owner=None,
+                lease_expires_at=None,
+                last_code=LEASE_EXPIRED,
+                # The old writer may have sent until its fence closed, which is before now: the
+                # settle window of its write counts from here (see `last_sent_at`).
+                last_sent_at=now,
+                next_check_at=now,
+                version=operations.c.version + 1,
+                updated_at=now,
+            )
+            .returning(operations)
+        )
         async with self.engine.begin() as conn:
-            return await compare_and_set(conn, current, values, now)
+            row = (await conn.execute(statement)).mappings().first()
+            if row is not None:
+                self._watch.forget(current.id)
+                return OperationRecord.from_row(row)
+            if self.is_sqlite:
+                return None
+            held = select(operations.c.version, lease - self._now_sql()).where(
+                operations.c.id == current.id, operations.c.status == Status.IN_FLIGHT.value
+            )
+            still = (await conn.execute(held)).first()
+        if still is None or still[0] != current.version:
+            return None
+        return LeaseHeld(max(still[1].total_seconds(), 0.0))
 
     async def transition(
         self, current: OperationRecord, target: Status, **values: Any
     ) -> OperationRecord | None:
         """A generic compare-and-set transition for the reconciler and operators."""
         check_transition(current.status, target)
-        now = self.clock.now()
         async with self.engine.begin() as conn:
+            now = await self._now_in(conn)
             return await compare_and_set(conn, current, {"status": target.value, **values}, now)
 
     async def record_attempt(self, operation_id: int, kind: AttemptKind, **values: Any) -> None:
         """Append an audited non-execution attempt (a lookup, an operator resolution)."""
-        now = self.clock.now()
-        row = {"started_at": now, "finished_at": now, **values}
         async with self.engine.begin() as conn:
+            now = await self._now_in(conn)
+            row = {"started_at": now, "finished_at": now, **values}
             await conn.execute(
                 insert(attempts).values(operation_id=operation_id, kind=kind.value, **row)
             )
@@ -361,49 +453,82 @@ class Ledger:
         limit: int,
         lease_seconds: float,
         tools: Sequence[str],
-        sent_before: datetime | None = None,
+        older_than: float = 0.0,
     ) -> DueBatch:
-        """Lease up to `limit` operations reconciliation should look at now, longest-due first.
+        """Lease up to `limit` operations reconciliation should look at now, longest-due first
+        (only those whose last execution was sent `older_than` seconds ago or earlier).
 
         `in_flight` rows whose lease ran out (a crashed worker) become `outcome_unknown` first.
         Rows are locked with `FOR UPDATE SKIP LOCKED`, so concurrent workers never wait on or
         share a row; the lease is `next_check_at` (a leased row is not due until it runs out) and
         the version bump fences a worker that overran it. SQLite renders no FOR UPDATE: its
-        BEGIN IMMEDIATE serialises claims instead.
+        BEGIN IMMEDIATE serialises claims instead, and its leases are judged by watching them.
         """
-        now = self.clock.now()
         check_transition(Status.IN_FLIGHT, Status.OUTCOME_UNKNOWN)
+        now = self._now_sql()
+        sent_before = self._now_sql(-older_than) if older_than > 0 else None
         async with self.engine.begin() as conn:
-            crashed = await conn.execute(
+            crashed: Select[Any] | builtins.list[int]
+            if self.is_sqlite:
+                crashed = await self._watched_run_out(conn, limit, tools, sent_before)
+            else:
+                crashed = _claimable(_CRASHED, now, limit, tools, sent_before)
+            expired = await conn.execute(
                 update(operations)
-                .where(operations.c.id.in_(_claimable(_CRASHED, now, limit, tools, sent_before)))
+                .where(operations.c.id.in_(crashed))
                 .values(
                     status=Status.OUTCOME_UNKNOWN.value,
                     lease_owner=None,
                     lease_expires_at=None,
                     last_code=LEASE_EXPIRED,
+                    last_sent_at=now,  # as in `expire`
                     next_check_at=now,
                     version=operations.c.version + 1,
                     updated_at=now,
                 )
                 .returning(operations.c.id)
             )
-            expired = len(crashed.all())
+            expired_ids = expired.scalars().all()
+            for operation_id in expired_ids:
+                self._watch.forget(operation_id)
             leased = await conn.execute(
                 update(operations)
                 .where(operations.c.id.in_(_claimable(_UNKNOWN, now, limit, tools, sent_before)))
                 .values(
-                    next_check_at=now + timedelta(seconds=lease_seconds),
+                    next_check_at=self._now_sql(lease_seconds),
                     version=operations.c.version + 1,
                 )
                 .returning(operations)
             )
             rows = [OperationRecord.from_row(row) for row in leased.mappings()]
-        return DueBatch(rows, expired)
+        return DueBatch(rows, len(expired_ids))
 
-    async def count_due(self, *, tools: Sequence[str], sent_before: datetime | None = None) -> int:
-        """How many operations `claim_due` would hand out now (an estimate while others claim)."""
-        now = self.clock.now()
+    async def _watched_run_out(
+        self,
+        conn: AsyncConnection,
+        limit: int,
+        tools: Sequence[str],
+        sent_before: ColumnElement[datetime] | datetime | None,
+    ) -> builtins.list[int]:
+        """On SQLite: the ids of `in_flight` operations whose lease this process has watched run
+        out. Every in_flight lease is a candidate, whatever its wall-clock expiry says; those
+        never renewed sort first."""
+        query = select(operations).where(
+            operations.c.status == Status.IN_FLIGHT.value, operations.c.tool.in_(tools)
+        )
+        if sent_before is not None:
+            query = query.where(operations.c.last_sent_at <= sent_before)
+        query = query.order_by(operations.c.lease_expires_at).limit(limit)
+        candidates = [
+            OperationRecord.from_row(row) for row in (await conn.execute(query)).mappings()
+        ]
+        return [op.id for op in candidates if self._watch.seconds_left(op) == 0]
+
+    async def count_due(self, *, tools: Sequence[str], older_than: float = 0.0) -> int:
+        """How many operations `claim_due` would hand out now (an estimate while others claim;
+        on SQLite, crashed leases count by their wall-clock expiry)."""
+        now = self._now_sql()
+        sent_before = self._now_sql(-older_than) if older_than > 0 else None
         total = 0
         async with self.engine.connect() as conn:
             for due in (_CRASHED, _UNKNOWN):
@@ -454,9 +579,9 @@ class Ledger:
         for settlement in settlements:
             if settlement.status is not None:
                 check_transition(settlement.current.status, settlement.status)
-        now = self.clock.now()
         rows: list[OperationRecord | None] = []
         async with self.engine.begin() as conn:
+            now = await self._now_in(conn)
             if len(settlements) > 1 and not self.is_sqlite:
                 rows = await _compare_and_set_many(conn, settlements, now)
             else:  # SQLite statements are in-process calls: one per row costs nothing much
@@ -474,8 +599,9 @@ class Ledger:
         return rows
 
 
-def _operation_values(intent: Intent, now: datetime) -> dict[str, Any]:
-    """Every column of a new operation but its id: what the claim inserts, and the row it makes."""
+def _operation_values(intent: Intent, at: Callable[[float], Moment]) -> dict[str, Any]:
+    """Every column of a new operation but its id, with times from `at(offset)`."""
+    now = at(0.0)
     return {
         "scope": intent.scope,
         "key": intent.key,
@@ -484,7 +610,7 @@ def _operation_values(intent: Intent, now: datetime) -> dict[str, Any]:
         "status": Status.IN_FLIGHT.value,
         "version": 1,
         "lease_owner": intent.owner,
-        "lease_expires_at": now + timedelta(seconds=intent.lease_seconds),
+        "lease_expires_at": at(intent.lease_seconds),
         "executions": 1,
         "max_executions": intent.max_executions,
         "arguments": intent.arguments,
@@ -597,7 +723,10 @@ _UNKNOWN = _Due(Status.OUTCOME_UNKNOWN, operations.c.next_check_at)
 
 
 def _due_query(
-    due: _Due, now: datetime, tools: Sequence[str], sent_before: datetime | None
+    due: _Due,
+    now: ColumnElement[datetime] | datetime,
+    tools: Sequence[str],
+    sent_before: ColumnElement[datetime] | datetime | None,
 ) -> Select[Any]:
     query = select(operations.c.id).where(
         operations.c.status == due.status.value,
@@ -610,7 +739,11 @@ def _due_query(
 
 
 def _claimable(
-    due: _Due, now: datetime, limit: int, tools: Sequence[str], sent_before: datetime | None
+    due: _Due,
+    now: ColumnElement[datetime] | datetime,
+    limit: int,
+    tools: Sequence[str],
+    sent_before: ColumnElement[datetime] | datetime | None,
 ) -> Select[Any]:
     # The longest-due rows nobody else holds; locked until the claim commits. The order is the
     # index's own, so the scan stops after `limit` rows however many are due (any tiebreaker

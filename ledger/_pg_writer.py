@@ -4,7 +4,9 @@ Through SQLAlchemy's async connection layer a guard write (an operation row and 
 is BEGIN, two statements and COMMIT: four round trips and about a millisecond of client CPU.
 Here each write is one data-modifying CTE, atomic because it is one statement, compiled once by
 SQLAlchemy from the same table definitions and run in autocommit on connections of its own
-(`ledger._pg_connections`): one round trip. Driver errors are raised as SQLAlchemy's, like every
+(`ledger._pg_connections`): one round trip. Times given as `StoreTime` are the server's own
+`now()`, so that leases and settle windows are judged on one clock whatever the clients' clocks
+say; each statement returns the row it wrote. Driver errors are raised as SQLAlchemy's, like every
 other ledger error.
 """
 
@@ -12,7 +14,6 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
-from datetime import datetime
 from typing import Any, TypeVar
 
 import asyncpg
@@ -35,6 +36,7 @@ from sqlalchemy.dialects.postgresql.asyncpg import PGDialect_asyncpg
 from sqlalchemy.exc import IntegrityError, OperationalError
 from sqlalchemy.sql.compiler import SQLCompiler
 
+from ledger._clock import StoreTime
 from ledger._pg_connections import ConnectionPool
 from ledger._records import AttemptKind, OperationRecord
 from ledger._states import Status
@@ -42,12 +44,17 @@ from ledger._writer import (
     FENCED,
     FETCH,
     Change,
+    Claim,
+    Moment,
     attempts,
     close_execution_params,
     close_execution_update,
     compare_and_set_params,
     compare_and_set_update,
+    moment_value,
     operations,
+    param_value,
+    store_time_names,
 )
 
 T = TypeVar("T")
@@ -91,28 +98,38 @@ class PostgresWriter:
         self._pool = ConnectionPool(connect, pool_size)
         self._statements: dict[tuple[Any, ...], _Compiled] = {}
 
-    async def claim(self, row: dict[str, Any]) -> int | None:
+    async def claim(self, row: dict[str, Any]) -> Claim | None:
         names = tuple(row)
-        statement = self._compiled(("claim", names), lambda: _claim(names))
-        operation_id: int | None = await self._value(statement, row)
-        return operation_id
+        store_times = store_time_names(row)
+        shape = ("claim", names, store_times)
+        statement = self._compiled(shape, lambda: _claim(names, store_times))
+        claimed = await self._row(statement, {name: param_value(v) for name, v in row.items()})
+        return None if claimed is None else Claim(claimed, created=True)
 
     async def fetch(self, scope: str, key: str) -> OperationRecord | None:
         statement = self._compiled(("fetch",), lambda: FETCH)
         return await self._row(statement, {"scope": scope, "key": key})
 
-    async def change(self, change: Change) -> bool:
-        names = tuple(change.values)
-        shape = ("change", names, change.owner is not None, change.closes is not None, change.opens)
-        statement = self._compiled(shape, lambda: _change(*shape[1:]))
+    async def change(self, change: Change) -> OperationRecord | None:
+        closes = change.closes
+        shape = _ChangeShape(
+            names=tuple(change.values),
+            fenced_by_owner=change.owner is not None,
+            closes=closes is not None,
+            opens=change.opens,
+            store_times=change.store_times,
+            closed_at_store_time=closes is not None and isinstance(closes.finished_at, StoreTime),
+        )
+        statement = self._compiled(("change", shape), lambda: _change(shape))
         params = compare_and_set_params(change.current, change.values, change.now, change.owner)
-        if change.closes is not None:
-            params |= close_execution_params(change.current, change.closes)
-        return await self._value(statement, params) is not None
+        if closes is not None:
+            params |= close_execution_params(change.current, closes)
+        return await self._row(statement, params)
 
-    async def renew(self, leases: Mapping[int, str], until: datetime) -> set[int]:
-        statement = self._compiled(("renew",), _renew)
-        params = {"ids": list(leases), "owners": list(leases.values()), "until": until}
+    async def renew(self, leases: Mapping[int, str], until: Moment) -> set[int]:
+        store_time = isinstance(until, StoreTime)
+        statement = self._compiled(("renew", store_time), lambda: _renew(store_time=store_time))
+        params = {"ids": list(leases), "owners": list(leases.values()), "until": param_value(until)}
         rows = await self._run(statement, params, asyncpg.Connection.fetch)
         return {row["id"] for row in rows}
 
@@ -128,9 +145,6 @@ class PostgresWriter:
         if compiled is None:
             compiled = self._statements[shape] = _Compiled.of(build())
         return compiled
-
-    async def _value(self, statement: _Compiled, params: Mapping[str, Any]) -> Any:
-        return await self._run(statement, params, asyncpg.Connection.fetchval)
 
     async def _row(self, statement: _Compiled, params: Mapping[str, Any]) -> OperationRecord | None:
         row = await self._run(statement, params, asyncpg.Connection.fetchrow)
@@ -157,42 +171,47 @@ class PostgresWriter:
         return result
 
 
-def _claim(names: tuple[str, ...]) -> Select[Any]:
+@dataclass(frozen=True, slots=True)
+class _ChangeShape:
+    """What a change's statement is built from; one statement is compiled per shape."""
+
+    names: tuple[str, ...]
+    fenced_by_owner: bool
+    closes: bool
+    opens: bool
+    store_times: frozenset[str]
+    closed_at_store_time: bool
+
+
+def _claim(names: tuple[str, ...], store_times: frozenset[str]) -> Select[Any]:
+    values = {
+        name: moment_value(operations.c[name], name, store_time=name in store_times)
+        for name in names
+    }
     claimed = (
         pg_insert(operations)
-        .values({name: bindparam(name, type_=operations.c[name].type) for name in names})
+        .values(values)
         .on_conflict_do_nothing(index_elements=["scope", "key"])
-        .returning(*_OPENING_COLUMNS)
+        .returning(operations)
         .cte("claimed")
     )
-    return select(claimed.c.id).add_cte(_open_execution(claimed))
+    return select(claimed).add_cte(_open_execution(claimed))
 
 
-def _change(
-    names: tuple[str, ...], fenced_by_owner: bool, closes: bool, opens: bool
-) -> Select[Any]:
+def _change(shape: _ChangeShape) -> Select[Any]:
     changed = (
-        compare_and_set_update(names, fenced=fenced_by_owner)
-        .returning(*_OPENING_COLUMNS)
+        compare_and_set_update(
+            shape.names, fenced=shape.fenced_by_owner, store_times=shape.store_times
+        )
+        .returning(operations)
         .cte("changed")
     )
     parts: list[CTE] = []
-    if closes:
-        parts.append(_close_execution(changed))
-    if opens:
+    if shape.closes:
+        parts.append(_close_execution(changed, store_time=shape.closed_at_store_time))
+    if shape.opens:
         parts.append(_open_execution(changed))
-    return select(changed.c.id).add_cte(*parts)
-
-
-# What a new execution attempt is made of: the statements return these from the row they write.
-_OPENING_COLUMNS = (
-    operations.c.id,
-    operations.c.executions,
-    operations.c.lease_owner,
-    operations.c.fingerprint,
-    operations.c.status,
-    operations.c.last_sent_at,
-)
+    return select(changed).add_cte(*parts)
 
 
 def _open_execution(row: CTE) -> CTE:
@@ -210,14 +229,15 @@ def _open_execution(row: CTE) -> CTE:
     return insert(attempts).from_select(columns, source).cte("opened")
 
 
-def _close_execution(changed: CTE) -> CTE:
+def _close_execution(changed: CTE, *, store_time: bool) -> CTE:
     """The owner's execution attempt, labelled `fenced` when the change did not land."""
     landed = exists(select(changed.c.id))
     label = bindparam("closes_label", type_=attempts.c.outcome.type)
-    return close_execution_update(case((landed, label), else_=FENCED)).cte("closed")
+    outcome = case((landed, label), else_=FENCED)
+    return close_execution_update(outcome, store_time=store_time).cte("closed")
 
 
-def _renew() -> ClauseElement:
+def _renew(*, store_time: bool) -> ClauseElement:
     ids = bindparam("ids", type_=ARRAY(operations.c.id.type))
     owners = bindparam("owners", type_=ARRAY(operations.c.lease_owner.type))
     return (
@@ -227,6 +247,10 @@ def _renew() -> ClauseElement:
             operations.c.status == Status.IN_FLIGHT.value,
             operations.c.lease_owner == any_(owners),
         )
-        .values(lease_expires_at=bindparam("until", type_=operations.c.lease_expires_at.type))
+        .values(
+            lease_expires_at=moment_value(
+                operations.c.lease_expires_at, "until", store_time=store_time
+            )
+        )
         .returning(operations.c.id)
     )

@@ -67,6 +67,8 @@ class OperationRecord(_Record):
     result: str | None
     error: str | None
     last_code: str | None
+    # The latest moment the last execution may have sent its write: when it started, or, once its
+    # lease was taken from it, when it was taken (the writer may send until its fence closes).
     last_sent_at: datetime | None
     checks: int
     next_check_at: datetime | None

@@ -13,7 +13,6 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
-from datetime import datetime
 from typing import Any, TypeVar
 
 from sqlalchemy import Connection, Engine, bindparam, insert, update
@@ -25,7 +24,9 @@ from ledger._writer import (
     FENCED,
     FETCH,
     Change,
+    Claim,
     ClosedExecution,
+    Moment,
     attempts,
     close_execution_params,
     close_execution_update,
@@ -64,16 +65,16 @@ class SqliteWriter:
         self._engine = engine
         self._thread: ThreadPoolExecutor | None = None  # started by the first write, ended by close
 
-    async def claim(self, row: dict[str, Any]) -> int | OperationRecord | None:
+    async def claim(self, row: dict[str, Any]) -> Claim | None:
         return await self._run(lambda conn: _claim(conn, row))
 
     async def fetch(self, scope: str, key: str) -> OperationRecord | None:
         return await self._run(lambda conn: _fetch(conn, scope, key))
 
-    async def change(self, change: Change) -> bool:
+    async def change(self, change: Change) -> OperationRecord | None:
         return await self._run(lambda conn: _change(conn, change))
 
-    async def renew(self, leases: Mapping[int, str], until: datetime) -> set[int]:
+    async def renew(self, leases: Mapping[int, str], until: Moment) -> set[int]:
         params = {"ids": list(leases), "owners": list(leases.values()), "until": until}
         return await self._run(lambda conn: set(conn.execute(_RENEW, params).scalars()))
 
@@ -100,14 +101,16 @@ class SqliteWriter:
             return write(conn)
 
 
-def _claim(conn: Connection, row: dict[str, Any]) -> int | OperationRecord | None:
-    """Insert `row` with its first execution attempt: the new id; else the row holding the key,
-    read in the same transaction (so it cannot be pruned in between, as on PostgreSQL)."""
+def _claim(conn: Connection, row: dict[str, Any]) -> Claim | None:
+    """Insert `row` with its first execution attempt; else the row holding the key, read in the
+    same transaction (so it cannot be pruned in between, as on PostgreSQL)."""
     operation_id: int | None = conn.execute(_CLAIM, row).scalar()
     if operation_id is None:
-        return _fetch(conn, row["scope"], row["key"])
-    _start_execution(conn, OperationRecord(id=operation_id, **row))
-    return operation_id
+        existing = _fetch(conn, row["scope"], row["key"])
+        return None if existing is None else Claim(existing, created=False)
+    created = OperationRecord(id=operation_id, **row)
+    _start_execution(conn, created)
+    return Claim(created, created=True)
 
 
 def _fetch(conn: Connection, scope: str, key: str) -> OperationRecord | None:
@@ -115,16 +118,17 @@ def _fetch(conn: Connection, scope: str, key: str) -> OperationRecord | None:
     return None if row is None else OperationRecord.from_row(row)
 
 
-def _change(conn: Connection, change: Change) -> bool:
+def _change(conn: Connection, change: Change) -> OperationRecord | None:
     current = change.current
     statement = compare_and_set_statement(tuple(change.values), fenced=change.owner is not None)
     params = compare_and_set_params(current, change.values, change.now, change.owner)
     row = conn.execute(statement, params).mappings().first()
+    changed = None if row is None else OperationRecord.from_row(row)
     if change.closes is not None:
-        _close_execution(conn, current, change.closes, landed=row is not None)
-    if change.opens and row is not None:
-        _start_execution(conn, OperationRecord.from_row(row))
-    return row is not None
+        _close_execution(conn, current, change.closes, landed=changed is not None)
+    if change.opens and changed is not None:
+        _start_execution(conn, changed)
+    return changed
 
 
 def _start_execution(conn: Connection, operation: OperationRecord) -> None:

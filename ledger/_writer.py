@@ -4,6 +4,8 @@ A guarded call writes an operation row and an attempt row together, twice: the i
 and the outcome (change). `Ledger` decides *what* to write (the state machine, the values);
 a writer decides *how*, atomically and in one call into the driver: `ledger._sqlite_writer` runs
 each write as one transaction in a thread of its own, `ledger._pg_writer` as one statement.
+A time given as a `StoreTime` is written as the database's own `now()` (plus its offset); every
+write returns the row as the database left it.
 """
 
 from __future__ import annotations
@@ -14,9 +16,20 @@ from datetime import datetime
 from functools import cache
 from typing import Any, Protocol, cast
 
-from sqlalchemy import ColumnElement, Table, Update, bindparam, select, update
+from sqlalchemy import (
+    Column,
+    ColumnElement,
+    Interval,
+    Table,
+    Update,
+    bindparam,
+    func,
+    select,
+    update,
+)
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from ledger._clock import StoreTime
 from ledger._models import Attempt, Operation
 from ledger._records import AttemptKind, OperationRecord
 
@@ -29,6 +42,17 @@ FENCED = "fenced"
 ATTEMPT_VALUES = ("code", "envelope", "evidence")
 """What a closed execution attempt records of how it ended."""
 
+Moment = datetime | StoreTime
+"""A time a write records: a value, or the store's own clock at the write."""
+
+
+@dataclass(frozen=True, slots=True)
+class Claim:
+    """The row after a claim; `created` is True when this caller's intent became the operation."""
+
+    operation: OperationRecord
+    created: bool
+
 
 @dataclass(frozen=True, slots=True)
 class ClosedExecution:
@@ -37,7 +61,7 @@ class ClosedExecution:
     owner: str
     label: str  # the attempt's outcome if the change lands; `FENCED` if it does not
     values: dict[str, str | None]  # ATTEMPT_VALUES
-    finished_at: datetime
+    finished_at: Moment
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,33 +75,32 @@ class Change:
 
     current: OperationRecord
     values: dict[str, Any]
-    now: datetime
+    now: Moment
     owner: str | None = None
     closes: ClosedExecution | None = None
     opens: bool = False
 
-    def landed(self) -> OperationRecord:
-        """The operation as this change leaves it, once it has landed."""
-        return self.current.with_values(
-            version=self.current.version + 1, updated_at=self.now, **self.values
-        )
+    @property
+    def store_times(self) -> frozenset[str]:
+        """The columns this change sets from the store's clock (`updated_at` with `now`)."""
+        return store_time_names({**self.values, "updated_at": self.now})
 
 
 class Writer(Protocol):
     """The guard's hot ledger writes; each is atomic."""
 
-    async def claim(self, row: dict[str, Any]) -> int | OperationRecord | None:
-        """Insert `row` as a new operation with its first execution attempt: the new id. When
-        `(scope, key)` is taken: the row holding it if the writer read it in the same call, else
-        None (the ledger reads it)."""
+    async def claim(self, row: dict[str, Any]) -> Claim | None:
+        """Insert `row` as a new operation with its first execution attempt. When `(scope, key)`
+        is taken: the row holding it if the writer read it in the same call, else None (the
+        ledger reads it)."""
 
     async def fetch(self, scope: str, key: str) -> OperationRecord | None:
         """The operation holding `(scope, key)`, if any."""
 
-    async def change(self, change: Change) -> bool:
-        """Apply `change`; False when another actor changed the row first."""
+    async def change(self, change: Change) -> OperationRecord | None:
+        """Apply `change`: the row it made; None when another actor changed the row first."""
 
-    async def renew(self, leases: Mapping[int, str], until: datetime) -> set[int]:
+    async def renew(self, leases: Mapping[int, str], until: Moment) -> set[int]:
         """Extend the `in_flight` leases `{operation id: owner}`; the ids whose owner still holds
         theirs. Owner tokens are random per guarded call, so `id IN … AND owner IN …` matches only
         the given pairs."""
@@ -98,9 +121,30 @@ FETCH = select(operations).where(
 )
 
 
-def compare_and_set_update(names: tuple[str, ...], *, fenced: bool) -> Update:
+def moment_value(column: Column[Any], param: str, *, store_time: bool) -> ColumnElement[Any]:
+    """What a statement writes into `column` from parameter `param`: the value, or (a
+    `StoreTime`'s offset) the store's `now()` plus that interval."""
+    if store_time:
+        return func.now() + bindparam(param, type_=Interval())
+    return bindparam(param, type_=column.type)
+
+
+def store_time_names(values: Mapping[str, Any]) -> frozenset[str]:
+    """The names whose values are `StoreTime`s: a statement writes them as `now()`."""
+    return frozenset(name for name, value in values.items() if isinstance(value, StoreTime))
+
+
+def param_value(value: Any) -> Any:
+    """A value as its statement parameter: a `StoreTime` is sent as its offset."""
+    return value.interval if isinstance(value, StoreTime) else value
+
+
+def compare_and_set_update(
+    names: tuple[str, ...], *, fenced: bool, store_times: frozenset[str] = frozenset()
+) -> Update:
     """`UPDATE … SET version, updated_at, <names> WHERE id AND version [AND lease_owner]`, with
-    the parameters of `compare_and_set_params`; the caller chooses what it returns."""
+    the parameters of `compare_and_set_params`; the caller chooses what it returns. The
+    `store_times` columns are written from the store's clock."""
     conditions = [
         operations.c.id == CURRENT_ID,
         operations.c.version == bindparam("current_version"),
@@ -112,8 +156,12 @@ def compare_and_set_update(names: tuple[str, ...], *, fenced: bool) -> Update:
         .where(*conditions)
         .values(
             version=bindparam("new_version"),
-            updated_at=bindparam("new_updated_at", type_=operations.c.updated_at.type),
-            **{name: bindparam(f"new_{name}", type_=operations.c[name].type) for name in names},
+            **{
+                name: moment_value(
+                    operations.c[name], f"new_{name}", store_time=name in store_times
+                )
+                for name in ("updated_at", *names)
+            },
         )
     )
 
@@ -126,23 +174,23 @@ def compare_and_set_statement(names: tuple[str, ...], *, fenced: bool) -> Update
 
 
 def compare_and_set_params(
-    current: OperationRecord, values: Mapping[str, Any], now: datetime, owner: str | None
+    current: OperationRecord, values: Mapping[str, Any], now: Moment, owner: str | None
 ) -> dict[str, Any]:
     params = {
         "current_id": current.id,
         "current_version": current.version,
         "new_version": current.version + 1,
-        "new_updated_at": now,
-        **{f"new_{name}": value for name, value in values.items()},
+        "new_updated_at": param_value(now),
+        **{f"new_{name}": param_value(value) for name, value in values.items()},
     }
     if owner is not None:
         params["current_owner"] = owner
     return params
 
 
-def close_execution_update(outcome: ColumnElement[str]) -> Update:
+def close_execution_update(outcome: ColumnElement[str], *, store_time: bool = False) -> Update:
     """Close the owner's execution attempt of operation `CURRENT_ID` with `outcome`, and the
-    parameters of `close_execution_params`."""
+    parameters of `close_execution_params` (`store_time`: its end is the store's clock)."""
     return (
         update(attempts)
         .where(
@@ -153,7 +201,9 @@ def close_execution_update(outcome: ColumnElement[str]) -> Update:
         )
         .values(
             outcome=outcome,
-            finished_at=bindparam("closes_finished_at", type_=attempts.c.finished_at.type),
+            finished_at=moment_value(
+                attempts.c.finished_at, "closes_finished_at", store_time=store_time
+            ),
             **{
                 name: bindparam(f"closes_{name}", type_=attempts.c[name].type)
                 for name in ATTEMPT_VALUES
@@ -169,7 +219,7 @@ def close_execution_params(current: OperationRecord, closed: ClosedExecution) ->
         "closes_execution": current.executions,
         "closes_owner": closed.owner,
         "closes_label": closed.label,
-        "closes_finished_at": closed.finished_at,
+        "closes_finished_at": param_value(closed.finished_at),
         **{f"closes_{name}": closed.values[name] for name in ATTEMPT_VALUES},
     }
 

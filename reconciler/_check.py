@@ -15,7 +15,7 @@ from enum import StrEnum
 from types import MappingProxyType
 from typing import Any
 
-from ledger import AttemptRecord, Clock, OperationRecord, Status, dumps_json, loads_json
+from ledger import AttemptRecord, OperationRecord, Status, dumps_json, loads_json
 from reconciler._classify import EVIDENCE_MESSAGE_LIMIT, exception_evidence
 from reconciler._lookup import Found, LookupResult, NotFound, Unknown
 from reconciler._views import AttemptView
@@ -111,10 +111,13 @@ async def run_lookup(
     spec: LookupSpec,
     operation: OperationRecord,
     attempts: Sequence[AttemptRecord],
-    clock: Clock,
+    started_at: datetime,
 ) -> Check:
-    """Ask `spec.lookup` about `operation`; any failure to answer is an `unknown` check."""
-    started_at = clock.now()
+    """Ask `spec.lookup` about `operation`; any failure to answer is an `unknown` check.
+
+    `started_at` is the ledger's time, read before the lookup starts: the settle window is
+    judged on the clock that stamped `last_sent_at`, not on this process's.
+    """
     if spec.lookup is None:
         return Check(LookupOutcome.UNKNOWN, started_at, {"reason": "the tool has no lookup"})
     view = LookupOperation.from_records(operation, attempts)

@@ -16,7 +16,7 @@ import uuid
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
 from enum import StrEnum
 from pathlib import Path
 from typing import Any
@@ -24,9 +24,9 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict
 
 from ledger import AttemptKind, Ledger, OperationRecord, Settlement, Status, dumps_json
-from reconciler._absence import after_absence
-from reconciler._check import Check, LookupOutcome, LookupSpec, run_lookup
+from reconciler._check import Check, LookupSpec, run_lookup
 from reconciler._contract import CodeRegistry
+from reconciler._decisions import Established, ProvenAbsent, judge_lookup
 from reconciler._single import SingleWorkerLock
 
 logger = logging.getLogger("writesafe")
@@ -129,11 +129,8 @@ class Reconciler:
             size = self.policy.batch_size
             if limit is not None:
                 size = min(size, limit - tally["examined"])
-            sent_before = None
-            if older_than > 0:
-                sent_before = self.ledger.clock.now() - timedelta(seconds=older_than)
             batch = await self.ledger.claim_due(
-                limit=size, lease_seconds=lease, tools=tools, sent_before=sent_before
+                limit=size, lease_seconds=lease, tools=tools, older_than=older_than
             )
             tally["expired_leases"] += batch.expired
             if not batch.operations:
@@ -148,10 +145,7 @@ class Reconciler:
     async def count_due(self, *, older_than: float = 0.0, tool: str | None = None) -> int:
         """About how many operations a pass would examine now (for progress displays)."""
         tools = sorted(self.lookups) if tool is None else [tool]
-        sent_before = None
-        if older_than > 0:
-            sent_before = self.ledger.clock.now() - timedelta(seconds=older_than)
-        return await self.ledger.count_due(tools=tools, sent_before=sent_before) if tools else 0
+        return await self.ledger.count_due(tools=tools, older_than=older_than) if tools else 0
 
     def close(self) -> None:
         """Release the SQLite single-worker lock, if held."""
@@ -162,13 +156,14 @@ class Reconciler:
         """Look the batch up concurrently, then record every conclusion in one transaction."""
         try:
             attempts = await self.ledger.attempts_of([op.id for op in operations])
+            # The ledger's clock, read before any lookup starts, judges their settle windows.
+            now = await self.ledger.now()
             checks = await asyncio.gather(
-                *(
-                    run_lookup(self.lookups[op.tool], op, attempts[op.id], self.ledger.clock)
-                    for op in operations
-                )
+                *(run_lookup(self.lookups[op.tool], op, attempts[op.id], now) for op in operations)
             )
-            plans = [self._plan(op, check) for op, check in zip(operations, checks, strict=True)]
+            plans = [
+                self._plan(op, check, now) for op, check in zip(operations, checks, strict=True)
+            ]
             rows = await self.ledger.settle_many([settlement for settlement, _ in plans])
         except Exception:
             logger.exception(
@@ -181,28 +176,34 @@ class Reconciler:
             for (_, verdict), row in zip(plans, rows, strict=True)
         ]
 
-    def _plan(self, operation: OperationRecord, check: Check) -> tuple[Settlement, _Verdict]:
-        """What `check` means for `operation`: the change to record, and its verdict."""
+    def _plan(
+        self, operation: OperationRecord, check: Check, now: datetime
+    ) -> tuple[Settlement, _Verdict]:
+        """What `check` means for `operation`: the change to record, and its verdict; `now` is
+        the ledger's time before the lookup."""
         audit = check.attempt(ACTOR, self.worker)
         values: dict[str, Any]
-        if check.outcome is LookupOutcome.FOUND:
-            values = {"result": check.result, "next_check_at": None}
+        verdict = judge_lookup(check, operation, self.codes)
+        if isinstance(verdict, Established):
+            values = {"result": verdict.result, "next_check_at": None}
             return _settle(operation, audit, Status.SUCCEEDED, values), _Verdict.FOUND
-        if check.outcome is LookupOutcome.NOT_FOUND:
-            envelope = after_absence(operation, self.codes).envelope
+        if isinstance(verdict, ProvenAbsent):
+            # Nobody is waiting to execute: record the absence; the caller's next call continues.
+            envelope = verdict.absence.envelope
             values = {
                 "error": dumps_json(envelope.to_json_dict()),
                 "last_code": envelope.code,
                 "next_check_at": None,
             }
             return _settle(operation, audit, Status.FAILED, values), _Verdict.ABSENT
-        if check.settles_at is not None:
+        if verdict.settling:
             # Not found, but too early to believe it: ask again once the window closes, without
             # spending the budget on a question that could not be answered yet.
+            assert check.settles_at is not None
             checks, due = operation.checks, check.settles_at
         else:
             checks = operation.checks + 1
-            due = self.ledger.clock.now() + timedelta(seconds=self.policy.backoff(checks))
+            due = now + timedelta(seconds=self.policy.backoff(checks))
         if checks >= self.policy.max_checks:
             audit["evidence"] = dumps_json({**check.evidence, "escalated_after_checks": checks})
             values = {"checks": checks, "next_check_at": None}

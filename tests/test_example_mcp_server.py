@@ -19,7 +19,7 @@ from mcp.server.mcpserver import MCPServer
 from mcp.types import CallToolResult
 
 from examples.mcp_server.server import create_server
-from examples.orders import downstream
+from examples.orders import downstream, gateway
 from idempotency import WriteSafe
 from reconciler import from_call_tool_result
 from tests.conftest import MakeWriteSafe
@@ -32,7 +32,7 @@ ORDER = {"sku": "A1", "quantity": 2, "postcode": "560001"}
 def rig(ws: WriteSafe) -> tuple[MCPServer[None], downstream.OrderService]:
     service = downstream.OrderService(stall_seconds=30.0)
     transport = httpx.ASGITransport(app=downstream.create_app(service))
-    client = httpx.AsyncClient(transport=transport, base_url="http://orders")
+    client = gateway.client(transport, base_url="http://orders")
     return create_server(ws, client, timeout=0.3), service
 
 

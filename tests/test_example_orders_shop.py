@@ -15,7 +15,7 @@ import httpx
 import pytest
 from fastapi import FastAPI
 
-from examples.orders import downstream, shop
+from examples.orders import downstream, gateway, shop
 from idempotency import REPLAYED_HEADER, Found, NotFound, WriteSafe
 from ledger import ManualClock
 from reconciler import PROBLEM_MEDIA_TYPE, from_problem
@@ -54,7 +54,9 @@ async def rig(make_ws: MakeWriteSafe) -> AsyncIterator[Rig]:
     clock = ManualClock()  # Retry-After waits and settle windows pass without sleeping
     ws = make_ws(clock=clock)
     service = downstream.OrderService(stall_seconds=30.0)
-    orders = in_process(downstream.create_app(service), "http://orders")
+    orders = gateway.client(
+        httpx.ASGITransport(app=downstream.create_app(service)), base_url="http://orders"
+    )
     app = shop.create_app(ws, orders, timeout=0.3, settle_after=SETTLE)
     async with in_process(app, "http://shop") as client:
         yield Rig(ws, clock, service, client)
@@ -190,9 +192,7 @@ async def test_the_shop_over_loopback(make_ws: MakeWriteSafe) -> None:
     service = downstream.OrderService(stall_seconds=2.0)
     ws = make_ws()
     async with on_loopback(downstream.create_app(service)) as orders_url:
-        orders = httpx.AsyncClient(
-            base_url=orders_url, timeout=0.3
-        )  # the shop's lifespan closes it
+        orders = gateway.client(base_url=orders_url, timeout=0.3)  # the shop's lifespan closes it
         app = shop.create_app(ws, orders, timeout=5.0, settle_after=SETTLE)
         async with on_loopback(app) as shop_url, httpx.AsyncClient(base_url=shop_url) as client:
             key = '"8e03978e-40d5-43e8-bc93-6894a57f9324"'

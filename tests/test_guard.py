@@ -524,10 +524,17 @@ async def test_expired_lease_hands_over_and_the_late_owner_is_fenced(
         await release.wait()
         return "late"
 
-    other = make_ws(clock=clock, lease_seconds=60).tool("zombie")(zombie.__wrapped__)
+    other = make_ws(clock=clock, lease_seconds=60, wait_timeout=0.05).tool("zombie")(
+        zombie.__wrapped__
+    )
     owner = asyncio.create_task(zombie(idempotency_key="z"))
     await started.wait()
-    clock.advance(61)  # the owner's lease runs out (as if it had stalled or crashed)
+    with pytest.raises(WriteSafeError) as live:  # a first look: the lease is the owner's
+        await other(idempotency_key="z")
+    assert live.value.envelope.code == "IN_PROGRESS"
+    # The owner's lease runs out (as if it had stalled or crashed): nothing renews it for a
+    # whole lease, on the clock the ledger judges by (on SQLite: since the first look).
+    clock.advance(61)
     if ws.keystore is not None:  # Redis keeps real time: let its lease run out as well
         await ws.keystore.redis.delete(ws.keystore.key("default", "z"))
     with pytest.raises(WriteSafeError) as taken_over:
@@ -547,7 +554,7 @@ async def test_expired_lease_hands_over_and_the_late_owner_is_fenced(
 
 
 async def test_lease_is_renewed_while_a_long_write_runs(make_ws: MakeWriteSafe) -> None:
-    ws = make_ws(lease_seconds=0.3, wait_timeout=0.1)
+    ws = make_ws(lease_seconds=1.0, wait_timeout=0.1)
     release = asyncio.Event()
 
     @ws.tool("long", timeout=None)
@@ -556,8 +563,8 @@ async def test_lease_is_renewed_while_a_long_write_runs(make_ws: MakeWriteSafe) 
         return "done"
 
     running = asyncio.create_task(long(idempotency_key="k"))
-    await asyncio.sleep(1.0)  # three lease lengths: only renewal keeps it
-    other = make_ws(lease_seconds=0.3, wait_timeout=0.1)
+    await asyncio.sleep(2.5)  # two and a half lease lengths: only renewal keeps it
+    other = make_ws(lease_seconds=1.0, wait_timeout=0.1)
     other_long = other.tool("long")(long.__wrapped__)  # type: ignore[attr-defined]
     with pytest.raises(WriteSafeError) as waiting:
         await other_long(idempotency_key="k")

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import time
 
+from idempotency._fence import Fence
 from idempotency._guard import LEDGER_ERRORS
 from idempotency._leases import HeldLease, LeaseKeeper
 from ledger import Intent, Outcome, Status
@@ -21,8 +23,10 @@ async def test_held_leases_are_renewed_together_and_a_lost_one_is_dropped(
     kept = (await ledger.claim(_intent("kept", "owner-a"))).operation
     lost = (await ledger.claim(_intent("lost", "owner-b"))).operation
     keeper = LeaseKeeper(ledger, ws.keystore, LEASE, LEDGER_ERRORS)
-    keeper.hold(HeldLease(kept.id, "owner-a", "default", "kept", "owner-a/f"))
-    keeper.hold(HeldLease(lost.id, "owner-b", "default", "lost", "owner-b/f"))
+    kept_fence, lost_fence = _fence("kept"), _fence("lost")
+    first_deadline = kept_fence.deadline
+    keeper.hold(HeldLease(kept.id, "owner-a", "default", "kept", "owner-a/f", kept_fence))
+    keeper.hold(HeldLease(lost.id, "owner-b", "default", "lost", "owner-b/f", lost_fence))
     try:
         # Another actor ends the second operation: its owner no longer holds a lease.
         assert await ledger.finish(lost, "owner-b", Outcome(Status.SUCCEEDED, result="1"))
@@ -41,6 +45,10 @@ async def test_held_leases_are_renewed_together_and_a_lost_one_is_dropped(
     assert finished is not None
     assert finished.status is Status.SUCCEEDED
     assert finished.lease_owner is None  # never given back to its old owner
+    # Each confirmed renewal moved the fence on; the refused one closed it for good.
+    assert kept_fence.deadline > first_deadline + LEASE
+    assert kept_fence.is_open()
+    assert not lost_fence.is_open()
 
 
 async def test_the_renewing_task_ends_when_no_lease_is_held(make_ws: MakeWriteSafe) -> None:
@@ -48,7 +56,7 @@ async def test_the_renewing_task_ends_when_no_lease_is_held(make_ws: MakeWriteSa
     await ws.start()
     operation = (await ws.ledger.claim(_intent("k", "owner"))).operation
     keeper = LeaseKeeper(ws.ledger, ws.keystore, LEASE, LEDGER_ERRORS)
-    lease = HeldLease(operation.id, "owner", "default", "k", "owner/f")
+    lease = HeldLease(operation.id, "owner", "default", "k", "owner/f", _fence("k"))
     keeper.hold(lease)
     task = keeper._task
     assert task is not None
@@ -68,3 +76,7 @@ def _intent(key: str, owner: str) -> Intent:
         lease_seconds=LEASE,
         max_executions=3,
     )
+
+
+def _fence(key: str) -> Fence:
+    return Fence(key, 1, time.monotonic(), LEASE)

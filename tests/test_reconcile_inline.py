@@ -207,10 +207,13 @@ async def test_a_crashed_execution_is_looked_up_once_its_lease_expires(
     make_ws: MakeWriteSafe,
 ) -> None:
     clock = ManualClock()
-    ws, shop = make_ws(clock=clock), Shop()
+    ws, shop = make_ws(clock=clock, lease_seconds=2.0, wait_timeout=0), Shop()
     submit_order = order_tool(ws, shop)
     claim = await claimed_by_a_dead_worker(ws, shop, submit_order, "ord-10", lease_seconds=2.0)
-    clock.advance(3.0)
+    with pytest.raises(WriteSafeError) as live:  # the first look finds the lease running
+        await submit_order("A1", idempotency_key="ord-10")
+    assert live.value.code == "IN_PROGRESS"
+    clock.advance(3.0)  # nothing renewed it for longer than a lease
 
     order = await submit_order("A1", idempotency_key="ord-10")
 

@@ -166,11 +166,11 @@ async def test_crashed_in_flight_leases_are_expired_then_looked_up(
     make_ws: MakeWriteSafe,
 ) -> None:
     clock = ManualClock()
-    ws, shop = make_ws(clock=clock), Shop()
+    ws, shop = make_ws(clock=clock, lease_seconds=5.0), Shop()
     submit_order = order_tool(ws, shop)
     claim = await claimed_by_a_dead_worker(ws, shop, submit_order, "k", lease_seconds=5.0)
 
-    assert counts(await ws.reconcile()) == {}  # the lease is still live
+    assert counts(await ws.reconcile()) == {}  # the lease is still live (SQLite: first seen)
     clock.advance(5.0)
     report = await ws.reconcile()
 

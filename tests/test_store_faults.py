@@ -88,7 +88,7 @@ async def test_ledger_lost_after_the_effect_is_outcome_unknown_not_a_retry_invit
     make_ws: MakeWriteSafe,
 ) -> None:
     clock = ManualClock()
-    ws = make_ws(clock=clock, lease_seconds=30)
+    ws = make_ws(clock=clock, lease_seconds=30, wait_timeout=0)
     shop: list[int] = []
 
     @ws.tool("submit")
@@ -106,6 +106,9 @@ async def test_ledger_lost_after_the_effect_is_outcome_unknown_not_a_retry_invit
     assert status is not None
     assert status.status is Status.IN_FLIGHT  # its lease hands it to reconciliation
     assert status.lease_expires_at is not None
+    with pytest.raises(WriteSafeError) as live:  # a first look: its lease still runs
+        await submit(1, idempotency_key="k")
+    assert live.value.envelope.code == "IN_PROGRESS"
 
     clock.advance(31)
     if ws.keystore is not None:  # Redis keeps real time: let its lease run out too

@@ -20,7 +20,7 @@ import httpx
 from mcp.server.mcpserver import MCPServer
 from pydantic import Field
 
-from examples.orders.gateway import ADAPTER, Order, OrderGateway, Refund
+from examples.orders.gateway import ADAPTER, Order, OrderGateway, Refund, client
 from idempotency import WriteSafe, add_mcp_tool
 
 DOWNSTREAM_URL = os.environ.get("SHOP_DOWNSTREAM_URL", "http://127.0.0.1:8001")
@@ -86,5 +86,5 @@ def create_server(
 
 
 def main() -> None:
-    client = httpx.AsyncClient(base_url=DOWNSTREAM_URL, timeout=DOWNSTREAM_TIMEOUT)
-    create_server(WriteSafe(), client).run()
+    orders = client(base_url=DOWNSTREAM_URL, timeout=DOWNSTREAM_TIMEOUT)
+    create_server(WriteSafe(), orders).run()

@@ -1,7 +1,8 @@
 """The shop's client of the order service (`downstream.py`), shared by the shop and the MCP server.
 
-Each write sends its operation's client reference as `Idempotency-Key`, so the lookups can ask the
-service whether an unknown outcome happened. Failures are raised as they came
+The client is a `fenced_client` (`client()`): each write's request passes the operation's
+send-time fence and carries its client reference as `Idempotency-Key` and its fencing token, so the
+lookups can ask the service whether an unknown outcome happened. Failures are raised as they came
 (`raise_for_status`) and classified by `ADAPTER`; timeouts and lost connections by the built-in
 exception rules (sent, then lost: OUTCOME_UNKNOWN).
 """
@@ -13,7 +14,7 @@ from typing import Any, Protocol
 import httpx
 from pydantic import BaseModel
 
-from idempotency import Found, NotFound, Unknown, current_operation
+from idempotency import FencedTransport, Found, NotFound, OperationContext, Unknown
 from reconciler import Code, LookupResult, ResponseAdapter, Rule
 
 ADAPTER = ResponseAdapter(
@@ -57,12 +58,15 @@ def reference(scope: str, key: str) -> str:
     return f"{scope}/{key}"
 
 
-def current_reference() -> str:
-    """The client reference of the operation executing in this task."""
-    operation = current_operation()
-    if operation is None:
-        raise RuntimeError("the order service is written to only inside a guarded write")
+def operation_reference(operation: OperationContext) -> str:
+    """The client reference the fenced transport sends for the operation executing a write."""
     return reference(operation.scope, operation.key)
+
+
+def client(transport: httpx.AsyncBaseTransport | None = None, **options: Any) -> httpx.AsyncClient:
+    """A client of the order service whose writes are fenced and carry their client reference."""
+    fenced = FencedTransport(transport, key_value=operation_reference)
+    return httpx.AsyncClient(transport=fenced, **options)
 
 
 class OrderGateway:
@@ -87,8 +91,7 @@ class OrderGateway:
         return await self._find("/refunds", operation, Refund)
 
     async def _write(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
-        headers = {"Idempotency-Key": current_reference()}
-        response = await self.client.post(path, json=body, headers=headers)
+        response = await self.client.post(path, json=body)
         response.raise_for_status()
         row: dict[str, Any] = response.json()
         return row

@@ -17,6 +17,7 @@ import httpx
 from examples._sandbox import executions, sandbox
 from examples.orders.adapters import adapter1, adapter2, adapter3
 from examples.orders.backends import OrderService, backend1, backend2
+from examples.orders.gateway import client
 from idempotency import (
     Found,
     LookupOperation,
@@ -56,7 +57,7 @@ class OrdersRunner:
         base_url = "https://orders.test"
         async with (
             sandbox() as (ws, _clock),
-            httpx.AsyncClient(transport=service.transport(), base_url=base_url) as http,
+            client(service.transport(), base_url=base_url) as http,
         ):
             submit = _submit_order_tool(ws, http, adapter)
             ending: dict[str, Any] = {"action": "complete", "disposition": "success"}

@@ -21,7 +21,7 @@ import httpx
 from fastapi import FastAPI, Header
 from pydantic import BaseModel, Field
 
-from examples.orders.gateway import ADAPTER, Order, OrderGateway, Refund
+from examples.orders.gateway import ADAPTER, Order, OrderGateway, Refund, client
 from idempotency import WriteSafe, add_problem_handlers, idempotent_route
 
 DOWNSTREAM_URL = os.environ.get("SHOP_DOWNSTREAM_URL", "http://127.0.0.1:8001")
@@ -106,4 +106,4 @@ def create_app(
 
 
 ws = WriteSafe()
-app = create_app(ws, httpx.AsyncClient(base_url=DOWNSTREAM_URL, timeout=DOWNSTREAM_TIMEOUT))
+app = create_app(ws, client(base_url=DOWNSTREAM_URL, timeout=DOWNSTREAM_TIMEOUT))

@@ -1,0 +1,82 @@
+"""What a guarded call does with the row it found, and what a lookup's answer establishes.
+
+Pure decisions, no I/O: the guard, the replay gate and the reconciler read the stores, ask these
+functions, and carry out the value they return (tenacity's `iter()` decides, its caller sleeps).
+One function per question, so that the guard and the reconciler cannot read the same facts two
+ways.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import StrEnum
+
+from ledger import OperationRecord, Status
+from reconciler._absence import Absence, after_absence
+from reconciler._check import Check, LookupOutcome
+from reconciler._contract import CodeRegistry
+
+
+class RowAction(StrEnum):
+    """What a call does with the operation row its claim found."""
+
+    EXECUTE = "execute"  # the row is this call's own: run the write
+    REPLAY = "replay"  # succeeded with the same payload: answer its result
+    KEY_REUSED = "key_reused"  # the key holds a different payload: refuse
+    CONTINUE = "continue"  # failed: the continuation policy decides (`decide_continuation`)
+    JUDGE_LEASE = "judge_lease"  # another caller's write is in flight: has its lease run out?
+    ASK_LOOKUP = "ask_lookup"  # the outcome is unknown: the lookup, before anything else
+
+
+def decide_row(
+    operation: OperationRecord, *, created: bool, owner: str, fingerprint: str
+) -> RowAction:
+    """The guard's table for a found row: its status, whose it is, and whether the payload
+    matches. A failed row judges a different payload itself (a corrected input continues)."""
+    if created or operation.lease_owner == owner:
+        return RowAction.EXECUTE
+    same_payload = operation.fingerprint == fingerprint
+    if operation.status is Status.FAILED:
+        return RowAction.CONTINUE
+    if not same_payload:
+        return RowAction.KEY_REUSED
+    if operation.status is Status.SUCCEEDED:
+        return RowAction.REPLAY
+    if operation.status is Status.IN_FLIGHT:
+        return RowAction.JUDGE_LEASE
+    return RowAction.ASK_LOOKUP  # outcome_unknown, needs_attention
+
+
+@dataclass(frozen=True, slots=True)
+class Established:
+    """The effect exists: the operation succeeds with `result` (the encoded found result)."""
+
+    result: str
+
+
+@dataclass(frozen=True, slots=True)
+class ProvenAbsent:
+    """The last execution had no effect; `absence` says whether the key may run again."""
+
+    absence: Absence
+
+
+@dataclass(frozen=True, slots=True)
+class StillUnknown:
+    """Nothing was established. `settling`: the answer was a premature not-found, which becomes
+    conclusive once the settle window closes (asking before then spends no check budget)."""
+
+    settling: bool
+
+
+LookupVerdict = Established | ProvenAbsent | StillUnknown
+
+
+def judge_lookup(check: Check, operation: OperationRecord, codes: CodeRegistry) -> LookupVerdict:
+    """What one lookup established about `operation`, for the replay gate and the reconciler."""
+    if check.outcome is LookupOutcome.FOUND:
+        assert check.result is not None, "a found check carries its encoded result"
+        return Established(check.result)
+    if check.outcome is LookupOutcome.NOT_FOUND:
+        return ProvenAbsent(after_absence(operation, codes))
+    return StillUnknown(settling=check.settles_at is not None)
