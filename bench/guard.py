@@ -7,6 +7,8 @@ PostgreSQL alone; Redis + PostgreSQL — each as a first execution, a replay of 
 a concurrent duplicate arriving from another worker while the first is in flight; and the floor
 with raw clients (Redis PING and GET, PostgreSQL SELECT 1 and a committed INSERT, a committed
 SQLite INSERT with the ledger's PRAGMAs). It prints p50/p99 and the ratios the targets are set on.
+Each backend's sync tool (a plain `def`, called blocking from this thread) is measured beside its
+async tool: first execution and replay, as a ratio to the async path's.
 
 The Redis floor is sent the way the guard sends its claim: packed by hand on a redis-py
 connection, past redis-py's command layer. A GET through redis-py's client is measured too, for
@@ -30,7 +32,7 @@ from rich.table import Table
 from bench._cli import add_sampling_options, run_and_report
 from bench._setup import asyncpg_dsn, isolated
 from bench._stats import Series, measure, us
-from idempotency import Tool, WriteSafe
+from idempotency import SyncTool, Tool, WriteSafe
 from idempotency._redis_connections import RedisConnections, pack
 from ledger import Intent, Outcome, Status, dumps_json
 
@@ -41,6 +43,9 @@ DUPLICATE_WRITE_SECONDS = 0.01
 FIRST_TARGET = 1.5
 # Replay of a finished key: one Redis round trip.
 REPLAY_TARGET = 2.0
+# The sync path against the async path, first execution and replay alike.
+SYNC_TARGET = 1.25
+SYNC_CALLS = ("first execution", "replay")
 
 SEQUENCE = "floor: PING, INSERT, INSERT, PING in sequence"
 CLIENT_GET = "(redis GET through redis-py's client)"
@@ -56,8 +61,16 @@ async def bare_write(order: dict[str, Any]) -> dict[str, Any]:
     return {"order_id": f"o-{order['sku']}", "accepted": True}
 
 
+def bare_sync_write(order: dict[str, Any]) -> dict[str, Any]:
+    return {"order_id": f"o-{order['sku']}", "accepted": True}
+
+
 def guarded(ws: WriteSafe) -> Tool[dict[str, Any]]:
     return ws.tool("bench_submit")(bare_write)
+
+
+def guarded_sync(ws: WriteSafe) -> SyncTool[dict[str, Any]]:
+    return ws.tool("bench_submit_sync")(bare_sync_write)
 
 
 class Duplicates:
@@ -136,8 +149,10 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
                 await ws.start()
             tools = {"embedded": embedded, "pg": pg_only, "pg+redis": full}
             guarded_tools = {label: guarded(ws) for label, ws in tools.items()}
+            sync_tools = {label: guarded_sync(ws) for label, ws in tools.items()}
             for label, tool in guarded_tools.items():
                 await tool(ORDER, idempotency_key=f"{label}-replay")
+                sync_tools[label](ORDER, idempotency_key=f"{label}-sync-replay")
             duplicates = {
                 "embedded": Duplicates(embedded, embedded_b, "embedded"),
                 "pg": Duplicates(pg_only, pg_only_b, "pg"),
@@ -206,6 +221,11 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
                 series.append(Series(f"{label}: first execution", _first(tool, label)))
                 series.append(Series(f"{label}: replay", _replay(tool, label)))
                 series.append(Series(f"{label}: in-flight duplicate lag", duplicates[label].sample))
+                sync_tool = sync_tools[label]
+                series.append(
+                    Series(f"{label}: sync first execution", _first_sync(sync_tool, label))
+                )
+                series.append(Series(f"{label}: sync replay", _replay_sync(sync_tool, label)))
             await measure(series, rounds=args.rounds, per_round=args.per_round)
             for label, dup in duplicates.items():
                 expected = len(_by_name(series, f"{label}: in-flight duplicate lag").seconds) + 20
@@ -230,6 +250,22 @@ def _first(tool: Tool[dict[str, Any]], label: str) -> Any:
 def _replay(tool: Tool[dict[str, Any]], label: str) -> Any:
     async def sample(n: int) -> None:
         await tool(ORDER, idempotency_key=f"{label}-replay")
+
+    return sample
+
+
+def _first_sync(tool: SyncTool[dict[str, Any]], label: str) -> Any:
+    async def sample(n: int) -> None:
+        # Blocking, from this thread, as a sync caller would: the guard runs on the sync face's
+        # own loop thread and stores.
+        tool(ORDER, idempotency_key=f"{label}-sync-first-{n}")
+
+    return sample
+
+
+def _replay_sync(tool: SyncTool[dict[str, Any]], label: str) -> Any:
+    async def sample(n: int) -> None:
+        tool(ORDER, idempotency_key=f"{label}-sync-replay")
 
     return sample
 
@@ -264,6 +300,11 @@ def _report(series: list[Series], args: argparse.Namespace) -> dict[str, Any]:
     }
     calls = {name: same_call.get(name, name) for name in floors}
     ratios = {name: p50[calls[name]] / floor for name, floor in floors.items()}
+    sync_ratios = {
+        f"{label}: sync {call}": p50[f"{label}: sync {call}"] / p50[f"{label}: {call}"]
+        for label in ("embedded", "pg", "pg+redis")
+        for call in SYNC_CALLS
+    }
     return {
         "rounds": args.rounds,
         "per_round": args.per_round,
@@ -272,7 +313,12 @@ def _report(series: list[Series], args: argparse.Namespace) -> dict[str, Any]:
         "p99_us": {k: round(v * 1e6, 1) for k, v in p99.items()},
         "floor_us": {k: round(v * 1e6, 1) for k, v in floors.items()},
         "ratio_p50": {k: round(v, 2) for k, v in ratios.items()},
+        "sync_ratio_p50": {k: round(v, 2) for k, v in sync_ratios.items()},
         "targets": {
+            f"{name} <= {SYNC_TARGET}x (the async path's)": ratio <= SYNC_TARGET
+            for name, ratio in sync_ratios.items()
+        }
+        | {
             "pg+redis first execution <= 1.5x (2 PING + 2 committed INSERT)": ratios[FIRST]
             <= FIRST_TARGET,
             "pg+redis replay <= 2x (redis GET)": ratios[REPLAY] <= REPLAY_TARGET,
@@ -308,6 +354,12 @@ def _print(report: dict[str, Any]) -> None:
             name, floors_explained[name], us(report["floor_us"][name] / 1e6), f"{ratio:.2f}x"
         )
     console.print(ratios)
+    sync = Table(title="p50 of the sync path against the async path's, in the same run")
+    for column in ("call", "ratio"):
+        sync.add_column(column, justify="left" if column == "call" else "right")
+    for name, ratio in report["sync_ratio_p50"].items():
+        sync.add_row(name, f"{ratio:.2f}x")
+    console.print(sync)
     for target, met in report["targets"].items():
         console.print(f"{'MET ' if met else 'MISSED'}  {target}")
 

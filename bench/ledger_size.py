@@ -1,20 +1,28 @@
 """Cost versus ledger size: a guarded call must not get slower as the ledger grows.
 
-    python -m bench.ledger_size [--sizes 10000,100000,1000000] [--backends pg,embedded] [--json]
+    python -m bench.ledger_size [--sizes 10000,100000,1000000] [--backends pg,embedded]
+                                [--prune] [--json]
 
 One ledger per size (a PostgreSQL schema, a SQLite file) is pre-filled with bulk SQL — 95 %
 succeeded and 5 % failed operations, each with its attempt row, statistics analysed — not through
 the guard. Then first executions (new keys) and replays of random pre-filled keys are measured on
 every ledger, interleaved, without Redis so every call reaches the ledger. The ratio is the p50
 at each size against the p50 at the smallest; the target is at most 1.2x at the largest.
+
+Fill rows are dated one second apart, oldest first, ending 1,000,000 seconds ago. With `--prune`
+a pruner runs against every ledger throughout the measurement (`ledger.prune`, passes back to
+back), with a retention that makes the oldest `PRUNED` share of the fill due; replays pick from
+the rest, so they stay replays.
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
 import random
 import time
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -29,10 +37,12 @@ from bench._stats import Series, measure, us
 from bench.guard import ORDER, bare_write
 from idempotency import Tool, WriteSafe
 from idempotency._arguments import fingerprint
-from ledger import canonical_json
+from ledger import PruneReport, canonical_json, prune
 
 TARGET = 1.2
 TOOL = "bench_submit"
+PRUNED = 0.1  # the share of each fill the pruner finds due, with --prune
+_NEWEST_FILL_AGE = 1_000_001  # seconds; fill row g is this minus g seconds old
 
 # Columns and the bulk SELECT shared by both dialects; `$n`/`?` and the series differ.
 _COLUMNS = (
@@ -46,8 +56,9 @@ SELECT 'default', 'fill-' || g, $1, $2,
        CASE WHEN g % 20 = 0 THEN NULL ELSE $4 END,
        CASE WHEN g % 20 = 0 THEN $5 ELSE NULL END,
        CASE WHEN g % 20 = 0 THEN 'INPUT_INVALID' ELSE NULL END,
-       now() - g * interval '1 second', 0,
-       now() - g * interval '1 second', now() - g * interval '1 second'
+       now() - ({_NEWEST_FILL_AGE} - g) * interval '1 second', 0,
+       now() - ({_NEWEST_FILL_AGE} - g) * interval '1 second',
+       now() - ({_NEWEST_FILL_AGE} - g) * interval '1 second'
 FROM generate_series(1, $6) AS g;
 """
 _PG_ATTEMPTS = """
@@ -64,8 +75,9 @@ SELECT 'default', 'fill-' || n, ?, ?,
        CASE WHEN n % 20 = 0 THEN NULL ELSE ? END,
        CASE WHEN n % 20 = 0 THEN ? ELSE NULL END,
        CASE WHEN n % 20 = 0 THEN 'INPUT_INVALID' ELSE NULL END,
-       datetime('now', '-' || n || ' seconds'), 0,
-       datetime('now', '-' || n || ' seconds'), datetime('now', '-' || n || ' seconds')
+       datetime('now', '-' || ({_NEWEST_FILL_AGE} - n) || ' seconds'), 0,
+       datetime('now', '-' || ({_NEWEST_FILL_AGE} - n) || ' seconds'),
+       datetime('now', '-' || ({_NEWEST_FILL_AGE} - n) || ' seconds')
 FROM g;
 """
 _LITE_ATTEMPTS = """
@@ -116,8 +128,8 @@ def _samples(tool: Tool[dict[str, Any]], label: str, size: int) -> list[Series]:
         await tool(ORDER, idempotency_key=f"new-{n}")
 
     async def replay(n: int) -> None:
-        # Succeeded fill rows only (every 20th is a failed one).
-        g = rng.randrange(1, size)
+        # Succeeded fill rows only (every 20th is a failed one), newer than any --prune removes.
+        g = rng.randrange(int(size * PRUNED) + 1, size)
         await tool(ORDER, idempotency_key=f"fill-{g if g % 20 else g + 1}")
 
     return [
@@ -155,6 +167,8 @@ async def _measure(
 ) -> dict[str, Any]:
     instances: list[WriteSafe] = []
     series: list[Series] = []
+    stop = asyncio.Event()
+    pruners: dict[str, asyncio.Task[PruneReport]] = {}
     try:
         for size in sizes:
             for backend in backends:
@@ -170,8 +184,14 @@ async def _measure(
                 instances.append(ws)
                 await ws.start()
                 series.extend(_samples(ws.tool(TOOL)(bare_write), backend, size))
+                if args.prune:
+                    pruners[f"{backend} {size:,}"] = asyncio.create_task(
+                        _keep_pruning(ws, size, stop)
+                    )
         await measure(series, rounds=args.rounds, per_round=args.per_round)
     finally:
+        stop.set()
+        reports = {name: await task for name, task in pruners.items()}
         for ws in instances:
             await ws.close()
     p50 = {s.name: s.p50 for s in series}
@@ -189,7 +209,21 @@ async def _measure(
         "p99_us": {s.name: round(s.p99 * 1e6, 1) for s in series},
         "ratio_vs_smallest": ratios,
         "target_met": all(r <= TARGET for r in ratios.values()),
+        "pruned_during_measurement": {
+            name: {"operations": report.operations, "attempts": report.attempts}
+            for name, report in reports.items()
+        },
     }
+
+
+async def _keep_pruning(ws: WriteSafe, size: int, stop: asyncio.Event) -> PruneReport:
+    """Prune `ws`'s ledger pass after pass until `stop`; the oldest `PRUNED` of its fill is due."""
+    retention = timedelta(seconds=_NEWEST_FILL_AGE - size * PRUNED)
+    total = PruneReport()
+    while not stop.is_set():
+        total += await prune(ws.ledger, retention, stop=stop)
+        await asyncio.sleep(0.05)
+    return total
 
 
 def _print(report: dict[str, Any]) -> None:
@@ -204,6 +238,8 @@ def _print(report: dict[str, Any]) -> None:
     console = Console()
     console.print(table)
     console.print(f"pre-fill seconds: {report['fill_seconds']}")
+    if report["pruned_during_measurement"]:
+        console.print(f"pruned while measuring: {report['pruned_during_measurement']}")
     console.print(f"{'MET' if report['target_met'] else 'MISSED'}  every ratio <= {TARGET}x")
 
 
@@ -211,6 +247,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", default="10000,100000,1000000")
     parser.add_argument("--backends", default="pg,embedded")
+    parser.add_argument("--prune", action="store_true", help="prune during the measurement")
     add_sampling_options(parser, per_round=30)
     run_and_report(parser, run, _print)
 

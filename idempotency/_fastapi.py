@@ -9,30 +9,32 @@ recorded for a request that never reached the endpoint.
 from __future__ import annotations
 
 import functools
-import hashlib
 import inspect
-import json
 from collections.abc import Awaitable, Callable
 from contextvars import ContextVar
 from typing import TYPE_CHECKING, Annotated, Any
 
 from fastapi import Depends, Header, Request, Response
-from fastapi.responses import JSONResponse
 from fastapi.routing import APIRoute, serialize_response
-from fastapi.utils import is_body_allowed_for_status_code
-from pydantic import BaseModel, ConfigDict
-from pydantic_core import to_jsonable_python
 
 from idempotency._errors import WriteSafeError
 from idempotency._header import HEADER, parse_idempotency_key
-from idempotency._http_errors import HTTPExceptionAdapter, problem_response
+from idempotency._http import (
+    MALFORMED_KEY_STATUS,
+    RefusalAdapter,
+    StoredResponse,
+    body_payload,
+    found_bodies,
+    json_body,
+    request_payload,
+    stored_answer,
+)
+from idempotency._http_errors import http_exception_refusal, problem_response
 from idempotency._keys import DEFAULT_SCOPE
-from reconciler import DEFAULT_ADAPTER, Adapter, Found
+from reconciler import DEFAULT_ADAPTER, Adapter
 
 if TYPE_CHECKING:
     from idempotency._writesafe import WriteSafe
-
-REPLAYED_HEADER = "Idempotent-Replayed"
 
 Endpoint = Callable[..., Awaitable[Any]]
 
@@ -46,16 +48,6 @@ _KEY_DESCRIPTION = (
     "same key and payload gets the first answer back (`Idempotent-Replayed: true`); the same key "
     "with another payload is 422, and while the first request runs, 409."
 )
-
-
-class StoredResponse(BaseModel):
-    """A guarded endpoint's answer, replayed to every retry of its key."""
-
-    model_config = ConfigDict(frozen=True)
-
-    status_code: int | None
-    """None for a result a lookup found downstream: the route's success status is used."""
-    body: Any = None
 
 
 Pending = Callable[[], Awaitable[StoredResponse]]
@@ -98,8 +90,8 @@ def idempotent_route(
         signature = _signature(endpoint, scope)
         tool = ws.tool(
             name or endpoint.__name__,
-            lookup=None if lookup is None else _found_bodies(lookup),
-            adapter=HTTPExceptionAdapter(adapter or DEFAULT_ADAPTER),
+            lookup=None if lookup is None else found_bodies(lookup),
+            adapter=RefusalAdapter(adapter or DEFAULT_ADAPTER, http_exception_refusal),
             **options,
         )(_run_endpoint)
 
@@ -112,7 +104,7 @@ def idempotent_route(
             try:
                 key = parse_idempotency_key(request.headers.getlist(HEADER), required=required)
             except WriteSafeError as error:
-                return problem_response(error.envelope, status=400)  # as the draft has it
+                return problem_response(error.envelope, status=MALFORMED_KEY_STATUS)
             if key is None:
                 return await endpoint(**values)
             try:
@@ -161,19 +153,16 @@ def _signature(endpoint: Endpoint, scope: Callable[..., Any] | None) -> inspect.
 
 
 async def _request_payload(request: Request) -> dict[str, Any]:
-    """What identifies the request for the fingerprint (and the audit): key order in the JSON
-    body does not matter, any other difference does."""
-    return {
-        "method": request.method,
-        "path": request.url.path,
-        "query": sorted(request.query_params.multi_items()),
-        "body": await _body(request),
-    }
+    """The request's fingerprint (see `_http`); a form body FastAPI already streamed into
+    `request.form()` counts by its fields."""
+    return request_payload(
+        request.method, request.url.path, request.query_params.multi_items(), await _body(request)
+    )
 
 
 async def _body(request: Request) -> Any:
     try:
-        raw = await request.body()
+        return body_payload(await request.body())
     except RuntimeError:  # a form body FastAPI already streamed into request.form()
         form = await request.form()
         return {
@@ -182,12 +171,6 @@ async def _body(request: Request) -> Any:
                 for name, value in form.multi_items()
             )
         }
-    if not raw:
-        return None
-    try:
-        return {"json": json.loads(raw)}
-    except (ValueError, RecursionError):
-        return {"sha256": hashlib.sha256(raw).hexdigest(), "bytes": len(raw)}
 
 
 async def _respond(
@@ -214,31 +197,9 @@ def _json_body(response: Response) -> Any:
     body = getattr(response, "body", None)
     if not isinstance(body, bytes):
         raise TypeError("a guarded endpoint must answer JSON, not a streamed body")
-    if not body:
-        return None
-    try:
-        return json.loads(body)
-    except ValueError:
-        raise TypeError("a guarded endpoint must answer JSON") from None
+    return json_body(body)
 
 
 def _render(stored: StoredResponse, route: APIRoute, *, replayed: bool) -> Response:
-    """The same bytes for the first answer and every replay (both come from `stored`)."""
-    status = stored.status_code or route.status_code or 200
-    headers = {REPLAYED_HEADER: "true"} if replayed else None
-    if not is_body_allowed_for_status_code(status):
-        return Response(status_code=status, headers=headers)
-    return JSONResponse(stored.body, status_code=status, headers=headers)
-
-
-def _found_bodies(lookup: Callable[[Any], Awaitable[Any]]) -> Callable[[Any], Awaitable[Any]]:
-    """A route's lookup finds the response body; the operation stores it as the route's answer."""
-
-    async def find(operation: Any) -> Any:
-        found = await lookup(operation)
-        if isinstance(found, Found):
-            body = to_jsonable_python(found.result)
-            return Found(StoredResponse(status_code=None, body=body))
-        return found
-
-    return find
+    answer = stored_answer(stored, default_status=route.status_code or 200, replayed=replayed)
+    return Response(answer.content, answer.status, headers=answer.headers)

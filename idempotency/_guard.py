@@ -14,12 +14,12 @@ import logging
 import secrets
 import time
 from dataclasses import dataclass
-from datetime import datetime
-from typing import Any
+from typing import Any, NoReturn
 
 from sqlalchemy.exc import SQLAlchemyError
 from tenacity import (
     AsyncRetrying,
+    RetryCallState,
     retry_if_exception_type,
     stop_after_attempt,
     stop_after_delay,
@@ -41,6 +41,8 @@ from idempotency._metrics import (
     RETRIES_THROTTLED,
     answered,
 )
+from idempotency._reads import run_read
+from idempotency._results import ResultNotStored
 from idempotency._spec import GuardedCall
 from ledger import (
     Claim,
@@ -53,20 +55,27 @@ from ledger import (
     dumps_json,
 )
 from reconciler import (
+    LEDGER,
     Classification,
     Code,
     CodeRegistry,
     Continuation,
     ErrorEnvelope,
     FailedOperation,
+    Lost,
     OperationInfo,
     RetrySignal,
     RowAction,
     SideEffects,
+    Untrusted,
+    answer_failure,
     decide_continuation,
     decide_row,
-    exception_evidence,
+    defer,
+    exhausted,
+    failure_of,
     operation_info,
+    replay_timed,
 )
 
 logger = logging.getLogger("writesafe")
@@ -96,12 +105,12 @@ class _Answer:
 
 
 class _Retryable(RetrySignal):
-    """A failed execution that proved no effect and may be retried within the budget."""
+    """A failed execution that proved no effect, recorded `failed`, and may run again within
+    the budget once the wait is over."""
 
-    def __init__(self, envelope: ErrorEnvelope, outcome: Outcome, failed_at: datetime) -> None:
+    def __init__(self, envelope: ErrorEnvelope, failed: OperationRecord) -> None:
         super().__init__(envelope)
-        self.outcome = outcome
-        self.failed_at = failed_at
+        self.failed = failed
 
 
 @dataclass(frozen=True, slots=True)
@@ -159,6 +168,10 @@ class Guard:
         started = time.perf_counter()
         answer = "error"
         try:
+            if call.tool.read_only:
+                value = await run_read(call, self.codes, self.ledger.clock)
+                answer = "executed"
+                return value, False
             result = await self._call(call)
             answer = result.kind
             return result.value, result.kind != "executed"
@@ -181,7 +194,7 @@ class Guard:
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(asyncio.shield(leader), deadline - loop.time())
                 if not leader.done():
-                    raise self._in_progress(call, None)
+                    raise await self._in_progress(call, None)
             # A different payload does not wait: the stores answer it (KEY_REUSED, or a
             # continuation once the first call has failed).
             return await self._lead(call, deadline)
@@ -206,7 +219,7 @@ class Guard:
                 return step
             remaining = deadline - loop.time()
             if remaining <= 0:
-                raise self._in_progress(call, step.retry_after_ms)
+                raise await self._in_progress(call, step.retry_after_ms)
             if step.retry_after_ms:
                 await asyncio.sleep(min(pause, remaining))
                 pause = min(pause * 2, _MAX_POLL_SECONDS)
@@ -266,9 +279,9 @@ class Guard:
             return None
         if row.fingerprint != call.fingerprint:
             raise self._key_reused(call, row.tool, operation_info(row))
+        answer = _replayed(call, row)
         self._cache_behind(call, row)
-        assert row.result is not None
-        return _Answer(call.tool.codec.decode(row.result), "replayed", row)
+        return answer
 
     async def _claim(self, call: GuardedCall, owner: str) -> Claim:
         intent = self._intent(call, owner)
@@ -305,8 +318,7 @@ class Guard:
         if action is RowAction.EXECUTE:
             return await self._execute(call, operation, owner, leased_at)
         if action is RowAction.REPLAY:
-            assert operation.result is not None
-            return _Answer(call.tool.codec.decode(operation.result), "replayed", operation)
+            return _replayed(call, operation)
         if action is RowAction.CONTINUE:
             return await self._continue_failed(call, operation, owner)
         if action is RowAction.KEY_REUSED:
@@ -354,7 +366,9 @@ class Guard:
         if decision is Continuation.KEY_REUSED:
             raise self._key_reused(call, operation.tool, operation_info(operation))
         if decision is Continuation.STORED_FAILURE:
-            envelope = stored or self.codes.envelope(Code.UNKNOWN_ERROR, "failed")
+            envelope = stored or self.codes.envelope(
+                Code.UNKNOWN_ERROR, "failed", cause=Untrusted.NO_STORED_FAILURE
+            )
             raise WriteSafeError(envelope.with_operation(operation_info(operation)))
         leased_at = time.monotonic()
         restarted = await self.ledger.restart(operation, self._intent(call, owner))
@@ -364,12 +378,17 @@ class Guard:
 
     async def _execute(
         self, call: GuardedCall, operation: OperationRecord, owner: str, leased_at: float
-    ) -> _Answer:
+    ) -> _Answer | _Busy:
         """Run the write under its lease, retrying automatically only where no effect is proven.
 
         Each execution runs behind a fence of its own, from the lease write sent at `leased_at`
-        (monotonic), which the lease keeper moves on with every confirmed renewal.
+        (monotonic), which the lease keeper moves on with every confirmed renewal. A retryable
+        failure is recorded `failed` before the wait, so a call cancelled while it waits leaves
+        what it knows (the key continues later under the continuation policy); the next
+        execution restarts the operation by compare-and-set, so a caller of the same key that
+        continued it during the wait runs it instead, and this call answers like it.
         """
+        started = time.monotonic()
         failure: _Retryable | None = None
         store_token = None if self.keystore is None else _store_token(owner, call.fingerprint)
 
@@ -379,25 +398,31 @@ class Guard:
             return HeldLease(operation.id, owner, call.scope, call.key, store_token, fence)
 
         lease = fenced(leased_at)
-        self._leases.hold(lease)  # held through the waits between executions too
 
-        async def execution() -> _Answer:
+        async def execution() -> _Answer | _Busy:
             nonlocal operation, failure, lease
             if failure is not None:
                 sent_at = time.monotonic()
-                operation = await self._next_execution(call, operation, owner, failure)
+                restarted = await self._next_execution(call, failure, owner)
+                if restarted is None:
+                    return _Busy(0)
+                operation = restarted
                 lease = fenced(sent_at)
-                self._leases.hold(lease)  # the same operation: it replaces the last one
+            self._leases.hold(lease)
             try:
                 return await self._execute_once(call, operation, owner, lease.fence)
             except _Retryable as retryable:
                 failure = retryable
+                self._leases.release(lease)  # the failed row holds no lease while we wait
                 raise
 
         def retrying() -> AsyncRetrying:
+            policy = call.tool.retry_policy
             return AsyncRetrying(
                 retry=retry_if_exception_type(_Retryable),
-                wait=call.tool.retry_policy.wait(),
+                wait=policy.wait(),
+                stop=policy.stop(spent=time.monotonic() - started),
+                retry_error_callback=_out_of_time,
                 sleep=self.ledger.clock.sleep,
                 reraise=True,
             )
@@ -431,13 +456,20 @@ class Guard:
                     await asyncio.shield(self._record(call, operation, owner, outcome))
                     raise
                 raise await self._failed(call, operation, owner, classification) from error
+            stated = answer_failure(call.tool.adapter, value, self.codes)
+            if stated is not None:  # a successful answer that says it failed
+                raise await self._failed(call, operation, owner, stated)
             call.tool.retry_budget.record_success()
-            encoded = call.tool.codec.encode(value)
-            recorded = await self._record(
-                call, operation, owner, Outcome(Status.SUCCEEDED, result=encoded)
-            )
+            try:
+                encoded, value = call.tool.codec.normalise(value)
+                outcome = Outcome(Status.SUCCEEDED, result=encoded)
+            except ResultNotStored as unstorable:
+                outcome = self._not_stored(call, unstorable)
+            recorded = await self._record(call, operation, owner, outcome)
             if recorded is None:
                 raise self._unrecorded(call, operation)
+            if recorded.result is None:
+                raise _stored_failure(recorded)
             return _Answer(value, "executed", recorded)
         finally:
             reset_current(token)
@@ -460,47 +492,66 @@ class Guard:
                 envelope = ErrorEnvelope.model_validate_json(outcome.error or "")
             elif retry_allowed:
                 RETRIES.labels(call.tool.name).inc()
-                return _Retryable(envelope, outcome, self.ledger.clock.now())
+                recorded = await self._record(call, operation, owner, outcome)
+                if recorded is None:
+                    # Fenced off, or the ledger is gone: end with the failure seen (no effect).
+                    return WriteSafeError(envelope.with_operation(operation_info(operation)))
+                return _Retryable(envelope, recorded)
             else:
                 RETRIES_THROTTLED.labels(call.tool.name).inc()
                 throttled = True
+                envelope = call.tool.retry_policy.timed(envelope, operation.executions)
+                outcome = _failure_outcome(Classification(envelope, classification.evidence))
         recorded = await self._record(call, operation, owner, outcome)
         if recorded is None:
             return self._unrecorded(call, operation)
         info = operation_info(recorded).model_copy(update={"throttled": throttled})
+        settle = call.tool.settle_after if call.tool.lookup is not None else None
+        envelope = replay_timed(envelope, settle)
         return WriteSafeError(envelope.with_operation(info))
+
+    def _not_stored(self, call: GuardedCall, unstorable: ResultNotStored) -> Outcome:
+        """The write ran but its result cannot be kept: the operation succeeds without one, and
+        every caller with the key gets the same RESULT_NOT_STORED envelope instead of it."""
+        logger.warning("result of %s/%s not stored: %s", call.scope, call.key, unstorable)
+        envelope = self.codes.envelope(
+            Code.RESULT_NOT_STORED,
+            f"the write was applied, but its result was not stored: {unstorable}",
+        )
+        return Outcome(
+            status=Status.SUCCEEDED,
+            error=dumps_json(envelope.to_json_dict()),
+            code=envelope.code,
+            evidence=dumps_json(unstorable.evidence),
+        )
 
     def _exhausted(
         self, operation: OperationRecord, last: Outcome, envelope: ErrorEnvelope
     ) -> Outcome:
         """The operation ends RETRY_EXHAUSTED; its last attempt keeps the answer it really got."""
-        exhausted = self.codes.envelope(
-            Code.RETRY_EXHAUSTED,
-            f"gave up after {operation.executions} executions; the last answer was "
-            f"{envelope.code}: {envelope.message}",
-        )
+        gave_up = exhausted(envelope, operation.executions, self.codes)
         return Outcome(
             status=Status.FAILED,
-            error=dumps_json(exhausted.to_json_dict()),
-            code=exhausted.code,
+            error=dumps_json(gave_up.to_json_dict()),
+            code=gave_up.code,
             evidence=last.evidence,
             attempt_error=last.error,
             attempt_code=last.code,
         )
 
     async def _next_execution(
-        self, call: GuardedCall, operation: OperationRecord, owner: str, failure: _Retryable
-    ) -> OperationRecord:
-        """Record the failed execution and open the next one; a lost lease ends the call."""
-        intent = self._intent(call, owner)
+        self, call: GuardedCall, failure: _Retryable, owner: str
+    ) -> OperationRecord | None:
+        """Restart the failed operation for the next execution; None if another caller changed
+        it during the wait (the call then answers from what the ledger holds now)."""
         try:
-            row = await self.ledger.retry(operation, intent, failure.outcome, failure.failed_at)
+            return await self.ledger.restart(failure.failed, self._intent(call, owner))
         except LEDGER_ERRORS:
-            row = None
-        if row is None:
-            # Fenced off, or the ledger is gone: end with the failure seen (it had no effect).
-            raise WriteSafeError(failure.envelope.with_operation(operation_info(operation)))
-        return row
+            # The ledger is gone: end with the failure recorded (it had no effect), and when to
+            # come back.
+            failed = failure.failed
+            envelope = call.tool.retry_policy.timed(failure.envelope, failed.executions)
+            raise WriteSafeError(envelope.with_operation(operation_info(failed))) from None
 
     async def _record(
         self, call: GuardedCall, operation: OperationRecord, owner: str, outcome: Outcome
@@ -577,20 +628,15 @@ class Guard:
                 "this execution's lease ran out while the write ran (a stall, or renewals that "
                 "failed); it may have been applied"
             )
-            envelope = self.codes.envelope(Code.OUTCOME_UNKNOWN, message)
+            envelope = self.codes.envelope(Code.OUTCOME_UNKNOWN, message, cause=Lost.INTERRUPTED)
             return Classification(envelope, {"fence": "closed after the write started"})
         if timed_out:
             message = (
                 f"the write did not finish within {call.tool.timeout}s; it may have been applied"
             )
-            envelope = self.codes.envelope(Code.OUTCOME_UNKNOWN, message)
+            envelope = self.codes.envelope(Code.OUTCOME_UNKNOWN, message, cause=Lost.TIMEOUT)
             return Classification(envelope, {"timeout_seconds": call.tool.timeout})
-        try:
-            return call.tool.adapter.classify(error, self.codes)
-        except Exception as broken:  # an adapter must never turn a failure into a crash
-            logger.exception("adapter %s failed to classify an error", call.tool.adapter.name)
-            envelope = self.codes.envelope(Code.UNKNOWN_ERROR, "the adapter failed to classify")
-            return Classification(envelope, exception_evidence(broken))
+        return failure_of(call.tool.adapter, error, self.codes)
 
     def _replay_cached(self, call: GuardedCall, cached: CachedOutcome) -> _Answer:
         if cached.fingerprint != call.fingerprint:
@@ -613,12 +659,28 @@ class Guard:
             )
         )
 
-    def _in_progress(self, call: GuardedCall, retry_after_ms: int | None) -> WriteSafeError:
+    async def _in_progress(self, call: GuardedCall, retry_after_ms: int | None) -> WriteSafeError:
+        """IN_PROGRESS naming the operation (its key may have been derived, so the caller may
+        not know it otherwise); read from the ledger, else as much as this call knows."""
+        row = None
+        with contextlib.suppress(*LEDGER_ERRORS):
+            row = await self.ledger.get(call.scope, call.key)
+        info = (
+            operation_info(row)
+            if row is not None
+            else OperationInfo(
+                key=call.key,
+                status=Status.IN_FLIGHT.value,
+                attempt=0,
+                attempts_left=call.tool.max_executions,
+            )
+        )
         return WriteSafeError(
             self.codes.envelope(
                 Code.IN_PROGRESS,
                 f"another call with key {call.key!r} is executing",
                 retry_after_ms=retry_after_ms or 1_000,
+                operation=info,
             )
         )
 
@@ -630,6 +692,7 @@ class Guard:
                 "the ledger is unavailable; the write was not started",
                 retry_after_ms=1_000,
                 side_effects=SideEffects.NONE,
+                cause=LEDGER,
                 operation=operation,
             )
         )
@@ -648,6 +711,7 @@ class Guard:
                 Code.OUTCOME_UNKNOWN,
                 "the ledger is unavailable; an earlier execution may have been applied",
                 retry_after_ms=1_000,
+                cause=LEDGER,
                 operation=operation_info(operation),
             )
         )
@@ -657,6 +721,7 @@ class Guard:
             self.codes.envelope(
                 Code.OUTCOME_UNKNOWN,
                 "the write ran but its outcome could not be recorded; reconcile before retrying",
+                cause=LEDGER,
                 operation=operation_info(operation),
             )
         )
@@ -664,6 +729,20 @@ class Guard:
 
 def _stored_envelope(operation: OperationRecord) -> ErrorEnvelope | None:
     return None if operation.error is None else ErrorEnvelope.model_validate_json(operation.error)
+
+
+def _stored_failure(operation: OperationRecord) -> WriteSafeError:
+    """The envelope an operation ended with, as every later caller gets it."""
+    stored = _stored_envelope(operation)
+    assert stored is not None, "an operation without a result ended with an envelope"
+    return WriteSafeError(stored.with_operation(operation_info(operation)))
+
+
+def _replayed(call: GuardedCall, operation: OperationRecord) -> _Answer:
+    """A succeeded operation's answer again: its result, or the envelope it has instead."""
+    if operation.result is None:
+        raise _stored_failure(operation)
+    return _Answer(call.tool.codec.decode(operation.result), "replayed", operation)
 
 
 def _retry_claim() -> AsyncRetrying:
@@ -702,6 +781,16 @@ def _failure_outcome(classification: Classification) -> Outcome:
         code=envelope.code,
         evidence=dumps_json(classification.evidence),
     )
+
+
+def _out_of_time(state: RetryCallState) -> NoReturn:
+    """The next wait would end past the call's time budget: end now with the recorded failure,
+    saying when to come back (the key continues then, under the continuation policy)."""
+    assert state.outcome is not None
+    failure = state.outcome.exception()
+    assert isinstance(failure, _Retryable)
+    envelope = defer(failure.envelope, state.upcoming_sleep)
+    raise WriteSafeError(envelope.with_operation(operation_info(failure.failed))) from failure
 
 
 def _leaving(error: BaseException) -> bool:

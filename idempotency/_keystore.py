@@ -33,6 +33,10 @@ T = TypeVar("T")
 _LEASE = "L:"
 _OUTCOME = "O:"
 
+DEFAULT_MAX_CACHED_BYTES = 65_536
+"""The largest outcome Redis caches (its value: a short header and the result's JSON, in bytes):
+a larger one would hold Redis memory for a whole outcome TTL, so the ledger answers its replays."""
+
 # KEYS: the operation's key. ARGV: the lease value. Release the lease only if it is still ours.
 _RELEASE = """
 if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
@@ -97,6 +101,7 @@ class RedisKeyStore:
         *,
         prefix: str = "writesafe",
         outcome_ttl: float = 86_400.0,
+        max_result_bytes: int = DEFAULT_MAX_CACHED_BYTES,
         socket_timeout: float = 0.5,
         breaker_seconds: float = 5.0,
         max_connections: int = 50,
@@ -105,6 +110,7 @@ class RedisKeyStore:
         self._url = url
         self._max_connections = max_connections
         self._outcome_ttl = _ms(outcome_ttl)
+        self._max_result_bytes = max_result_bytes
         self._breaker_seconds = breaker_seconds
         self._open_until = 0.0
         self._timeout = socket_timeout
@@ -167,9 +173,14 @@ class RedisKeyStore:
 
     async def cache(self, scope: str, key: str, outcome: CachedOutcome) -> None:
         """Replace whatever holds the key with the final outcome: it is the ledger's, so it is
-        written whoever holds the lease."""
+        written whoever holds the lease. An outcome over the size cap is not cached: the key is
+        cleared instead, and the ledger answers its replays."""
+        name = self.key(scope, key).encode()
         value = (_OUTCOME + outcome.encode()).encode()
-        command = pack(b"SET", self.key(scope, key).encode(), value, b"PX", self._outcome_ttl)
+        if len(value) > self._max_result_bytes:
+            command = pack(b"DEL", name)
+        else:
+            command = pack(b"SET", name, value, b"PX", self._outcome_ttl)
         await self._guarded("cache", lambda: self._hot.execute(command))
 
     async def release(self, scope: str, key: str, token: str) -> None:

@@ -58,7 +58,8 @@ def add_mcp_tool(
 
     `destructive` must be stated: writesafe cannot know whether the write deletes or overwrites
     (`destructiveHint`). `idempotentHint` is true because the guard makes it so, and
-    `readOnlyHint` false. `scope(ctx)` names the caller's scope (e.g. from its auth token).
+    `readOnlyHint` is the tool's `read_only` (a read-only tool is never destructive).
+    `scope(ctx)` names the caller's scope (e.g. from its auth token).
     With `require_key`, agents must send `idempotency_key`; otherwise it is derived when absent.
     """
     function = tool.spec.function
@@ -69,8 +70,8 @@ def add_mcp_tool(
         title=title,
         description=description or inspect.getdoc(function) or f"{tool.name} (write-safe)",
         annotations=ToolAnnotations(
-            read_only_hint=False,
-            destructive_hint=destructive,
+            read_only_hint=tool.spec.read_only,
+            destructive_hint=destructive and not tool.spec.read_only,
             idempotent_hint=True,
             open_world_hint=open_world,
         ),

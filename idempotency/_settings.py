@@ -5,6 +5,8 @@ from __future__ import annotations
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from idempotency._keystore import DEFAULT_MAX_CACHED_BYTES
+from idempotency._results import DEFAULT_MAX_RESULT_BYTES
 from ledger import DEFAULT_DATABASE_URL
 
 
@@ -19,7 +21,24 @@ class WriteSafeSettings(BaseSettings):
     redis_prefix: str = "writesafe"
     lease_seconds: float = Field(default=15.0, gt=0)
     wait_timeout: float = Field(default=5.0, ge=0)
-    outcome_ttl: float = Field(default=86_400.0, gt=0)
+    outcome_ttl: float = Field(
+        default=86_400.0, gt=0, description="seconds Redis keeps a final outcome; at most retention"
+    )
+    retention: float = Field(
+        default=86_400.0,
+        gt=0,
+        description="seconds a final operation and its attempts are kept (docs/operations.md)",
+    )
+    max_result_bytes: int = Field(
+        default=DEFAULT_MAX_RESULT_BYTES,
+        ge=1,
+        description="largest result JSON the ledger stores; above it, RESULT_NOT_STORED",
+    )
+    redis_max_result_bytes: int = Field(
+        default=DEFAULT_MAX_CACHED_BYTES,
+        ge=0,
+        description="largest result JSON Redis caches; the ledger answers replays of larger ones",
+    )
     connect_timeout: float = Field(default=5.0, gt=0)
     pool_size: int = Field(
         default=10,

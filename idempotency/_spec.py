@@ -33,6 +33,7 @@ class ToolSpec:
     retry_policy: RetryPolicy
     retry_budget: RetryBudget
     lookup_timeout: float = DEFAULT_LOOKUP_TIMEOUT
+    read_only: bool = False  # no effect to protect: no key needed, nothing recorded
 
     def lookup_spec(self) -> LookupSpec:
         """How reconciliation asks this tool's downstream system about an unknown outcome."""

@@ -63,13 +63,16 @@ class Tool(Generic[R]):
         scope: str = DEFAULT_SCOPE,
         auth_context: object = None,
         key_from_arguments: bool = False,
+        through: WriteSafe | None = None,
     ) -> Invocation[R]:
         """Like calling the tool, for integrations that must tell their caller about replays.
 
         `key_from_arguments`: without a key (and without a `key=` function), use the call's own
-        fingerprint, so identical calls are one operation (see `prepare`).
+        fingerprint, so identical calls are one operation (see `prepare`). `through`: the
+        `WriteSafe` whose stores run the call (default: the tool's own; the sync facade passes
+        its twin, which serves another event loop).
         """
-        guard = await self._owner.guard()
+        guard = await (through or self._owner).guard()
         call = self.prepare(args, kwargs, key, scope, auth_context, key_from_arguments)
         value, replayed = await guard.run(call)
         return Invocation(value, replayed, call.key)
@@ -86,14 +89,15 @@ class Tool(Generic[R]):
         """Validate and fingerprint a call without running it.
 
         The key is `idempotency_key`, else the tool's `key=` function of the arguments, else (with
-        `key_from_arguments`) `call:` + the fingerprint of the tool name and canonical arguments.
+        `key_from_arguments`, or for a read-only tool, which needs none) `call:` + the fingerprint
+        of the tool name and canonical arguments.
         """
         bound = bind(self.spec.signature, args, kwargs)
         digest = fingerprint(self.spec.name, bound.arguments_json)
         key: object = idempotency_key
         if key is None and self.spec.key_function is not None:
             key = derive_key(self.spec.key_function, bound)
-        if key is None and key_from_arguments:
+        if key is None and (key_from_arguments or self.spec.read_only):
             key = DERIVED_KEY_PREFIX + digest
         if key is None:
             raise invalid_input(

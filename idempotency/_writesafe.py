@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import asyncio
 import inspect
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Callable, Coroutine, Mapping
 from types import TracebackType
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar, cast, overload
 
 from pydantic import ValidationError
 
@@ -16,9 +16,10 @@ from idempotency._errors import invalid_input
 from idempotency._guard import LEDGER_ERRORS, Guard, GuardSettings
 from idempotency._keys import DEFAULT_SCOPE, validate_key
 from idempotency._keystore import RedisKeyStore
-from idempotency._results import ResultCodec
+from idempotency._results import ResultCodec, ResultNotStored
 from idempotency._settings import WriteSafeSettings
 from idempotency._spec import DEFAULT_LOOKUP_TIMEOUT, ToolSpec
+from idempotency._sync import SyncTool, SyncWriteSafe, async_face, threaded_lookup
 from idempotency._tool import Tool
 from ledger import Clock, Ledger, LedgerNotMigrated, canonical_json, loads_json
 from reconciler import (
@@ -29,6 +30,8 @@ from reconciler import (
     CodeRegistry,
     EvidenceRequired,
     Lookup,
+    LookupOperation,
+    LookupResult,
     LookupSpec,
     OperationStatus,
     ReconcilePolicy,
@@ -45,8 +48,21 @@ MAX_REASON_LENGTH = 4_096
 R = TypeVar("R")
 
 
+class ToolDecorator(Protocol):
+    """What `WriteSafe.tool(...)` returns: an `async def` becomes a `Tool`, a plain `def` a
+    `SyncTool` (blocking, same guarantees: see `idempotency._sync`)."""
+
+    # An async def matches both; the first, narrower one wins (as typeshed's overloads do).
+    @overload
+    def __call__(  # type: ignore[overload-overlap]
+        self, function: Callable[..., Coroutine[Any, Any, R]], /
+    ) -> Tool[R]: ...
+    @overload
+    def __call__(self, function: Callable[..., R], /) -> SyncTool[R]: ...
+
+
 class WriteSafe:
-    """Guards async writes so each runs at most once per `(scope, key)`.
+    """Guards writes so each runs at most once per `(scope, key)`.
 
     `WriteSafe()` is the embedded default: a SQLite file beside the process, no Redis, schema
     created on first use. Give `database_url` (PostgreSQL, asyncpg) and `redis_url` for production;
@@ -80,6 +96,7 @@ class WriteSafe:
             update={k: v for k, v in overrides.items() if v is not None}
         )
         self.codes = codes or CODES
+        self._given_clock = clock  # a test's clock; without one the store's clock judges time
         self.ledger = Ledger.from_url(
             self.settings.database_url,
             schema=self.settings.db_schema,
@@ -92,7 +109,9 @@ class WriteSafe:
             RedisKeyStore(
                 self.settings.redis_url,
                 prefix=self.settings.redis_prefix,
-                outcome_ttl=self.settings.outcome_ttl,
+                # The cache never outlives the ledger row it answers for (docs/operations.md).
+                outcome_ttl=min(self.settings.outcome_ttl, self.settings.retention),
+                max_result_bytes=self.settings.redis_max_result_bytes,
             )
             if self.settings.redis_url
             else None
@@ -111,6 +130,8 @@ class WriteSafe:
         self._ready = False
         self._loop: asyncio.AbstractEventLoop | None = None  # the event loop being served
         self._loop_lock: tuple[asyncio.AbstractEventLoop, asyncio.Lock] | None = None
+        self.sync = SyncWriteSafe(self)
+        """The blocking face (`ws.sync.status(...)`, ...), for code without an event loop."""
 
     # -- registering tools ---------------------------------------------------------------
 
@@ -118,7 +139,7 @@ class WriteSafe:
         self,
         name: str,
         *,
-        lookup: Lookup | None = None,
+        lookup: Lookup | Callable[[LookupOperation], LookupResult] | None = None,
         adapter: Adapter | None = None,
         timeout: float | None = 30.0,
         max_executions: int = 3,
@@ -128,8 +149,10 @@ class WriteSafe:
         lookup_timeout: float = DEFAULT_LOOKUP_TIMEOUT,
         retry: RetryPolicy = DEFAULT_RETRY_POLICY,
         dependency: str | None = None,
-    ) -> Callable[[Callable[..., Awaitable[R]]], Tool[R]]:
-        """Register an async write as a guarded tool named `name`.
+        read_only: bool = False,
+    ) -> ToolDecorator:
+        """Register a write as a guarded tool named `name`: an `async def`, or a plain `def`
+        whose guarded form blocks (a `SyncTool`).
 
         The name is part of the fingerprint and of every ledger row, so keep it stable. Tools
         naming the same `dependency` (default: the tool's name) share one retry budget.
@@ -138,6 +161,10 @@ class WriteSafe:
         `NotFound()`, `Unknown(reason)`), within `lookup_timeout` seconds; a `NotFound` counts only
         once `settle_after` seconds have passed since the execution was sent. Without a lookup an
         unknown outcome is never replayed: reconciliation escalates it to an operator.
+
+        `read_only=True` declares a read (a lookup, a status query): no key is needed and nothing
+        is recorded; retryable no-effect failures are still retried within `max_executions`.
+        A plain `def` lookup runs in a worker thread.
         """
         validate_key(name, "name")
         if name in self._tools:
@@ -147,15 +174,22 @@ class WriteSafe:
         if timeout is not None and timeout <= 0:
             raise ValueError("timeout must be positive (or None for no bound)")
         if lookup is not None and not inspect.iscoroutinefunction(lookup):
-            raise TypeError(f"{name}: the lookup must be an async function (async def)")
+            lookup = threaded_lookup(cast(Callable[[LookupOperation], LookupResult], lookup))
         if settle_after < 0:
             raise ValueError("settle_after must not be negative")
         if lookup_timeout <= 0:
             raise ValueError("lookup_timeout must be positive")
+        if read_only and lookup is not None:
+            raise ValueError(f"{name}: a read-only tool has no effect for a lookup to find")
 
-        def register(function: Callable[..., Awaitable[R]]) -> Tool[R]:
-            if not inspect.iscoroutinefunction(function):
-                raise TypeError(f"{name}: writesafe guards async functions (async def)")
+        @overload
+        def register(  # type: ignore[overload-overlap]
+            function: Callable[..., Coroutine[Any, Any, R]], /
+        ) -> Tool[R]: ...
+        @overload
+        def register(function: Callable[..., R], /) -> SyncTool[R]: ...
+        def register(function: Callable[..., Any], /) -> Tool[Any] | SyncTool[Any]:
+            is_async = inspect.iscoroutinefunction(function)
             signature = inspect.signature(function)
             passes_key = KEY_PARAMETER in signature.parameters
             if passes_key and (
@@ -164,12 +198,12 @@ class WriteSafe:
                 raise TypeError(f"{name}: idempotency_key must be a keyword parameter")
             spec = ToolSpec(
                 name=name,
-                function=function,
+                function=function if is_async else async_face(function),
                 signature=signature.replace(
                     parameters=[p for p in signature.parameters.values() if p.name != KEY_PARAMETER]
                 ),
                 adapter=adapter or DEFAULT_ADAPTER,
-                codec=ResultCodec(function),
+                codec=ResultCodec(function, self.settings.max_result_bytes),
                 timeout=timeout,
                 max_executions=max_executions,
                 wait_timeout=self.settings.wait_timeout if wait_timeout is None else wait_timeout,
@@ -180,11 +214,12 @@ class WriteSafe:
                 retry_policy=retry,
                 retry_budget=self._retry_budgets.setdefault(dependency or name, RetryBudget()),
                 lookup_timeout=lookup_timeout,
+                read_only=read_only,
             )
-            tool: Tool[R] = Tool(self, spec)
+            tool: Tool[Any] = Tool(self, spec)
             self._tools[name] = tool
             self._lookups[name] = spec.lookup_spec()
-            return tool
+            return tool if is_async else SyncTool(tool, self.sync, function)
 
         return register
 
@@ -205,6 +240,19 @@ class WriteSafe:
         return current_operation()
 
     # -- lifecycle -----------------------------------------------------------------------
+
+    def twin(self) -> WriteSafe:
+        """A `WriteSafe` of the same configuration and tools with stores of its own, for another
+        event loop (the sync facade's thread): the two meet only in the ledger and Redis."""
+        twin = WriteSafe(
+            settings=self.settings,
+            clock=self._given_clock,  # none: the store's clock, as here
+            codes=self.codes,
+            auto_migrate=self._auto_migrate,
+        )
+        twin._tools, twin._lookups = self._tools, self._lookups
+        twin._retry_budgets = self._retry_budgets
+        return twin
 
     async def start(self) -> None:
         """Create/upgrade the embedded schema, or check that a migrated one is current."""
@@ -230,6 +278,9 @@ class WriteSafe:
         return self._guard
 
     async def close(self) -> None:
+        """Close the stores, and the sync face's loop thread if one was started."""
+        if self.sync.started:
+            await asyncio.to_thread(self.sync.close)
         async with self._lock():
             await self._follow_running_loop()
         await self._guard.close()
@@ -388,6 +439,8 @@ class WriteSafe:
             where = ".".join(str(part) for part in problem["loc"]) or "result"
             message = f"the result does not fit what {tool!r} stores: {where}: {problem['msg']}"
             raise invalid_input("result", message) from None
+        except ResultNotStored as unstorable:
+            raise invalid_input("result", str(unstorable)) from None
         except (ValueError, TypeError):
             raise invalid_input("result", "the result has no JSON form") from None
 

@@ -19,6 +19,7 @@ from ledger._ledger import (
 from ledger._migrations import LedgerNotMigrated, current_revision, downgrade, head_revision
 from ledger._models import ApiKey, Attempt, Base, Operation
 from ledger._records import AttemptKind, AttemptRecord, OperationRecord
+from ledger._retention import DEFAULT_BATCH_SIZE, FINAL_STATES, PruneReport, prune
 from ledger._states import (
     TRANSITIONS,
     IllegalTransition,
@@ -28,7 +29,9 @@ from ledger._states import (
 from ledger._writer import Claim
 
 __all__ = [
+    "DEFAULT_BATCH_SIZE",
     "DEFAULT_DATABASE_URL",
+    "FINAL_STATES",
     "LEASE_EXPIRED",
     "TRANSITIONS",
     "ApiKey",
@@ -50,6 +53,7 @@ __all__ = [
     "Operation",
     "OperationRecord",
     "Outcome",
+    "PruneReport",
     "Role",
     "Settlement",
     "Status",
@@ -64,4 +68,5 @@ __all__ = [
     "dumps_json",
     "head_revision",
     "loads_json",
+    "prune",
 ]

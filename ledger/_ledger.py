@@ -25,8 +25,10 @@ from sqlalchemy import (
     column,
     func,
     insert,
+    literal,
     or_,
     select,
+    union_all,
     update,
     values,
 )
@@ -43,6 +45,7 @@ from ledger._engine import (
 )
 from ledger._lease_watch import LeaseWatch
 from ledger._migrations import ensure_current, upgrade
+from ledger._models import status_in
 from ledger._pg_writer import PostgresWriter
 from ledger._records import AttemptKind, AttemptRecord, OperationRecord
 from ledger._sqlite_writer import SqliteWriter
@@ -203,7 +206,7 @@ class Ledger:
         """
         query = select(operations).order_by(operations.c.updated_at, operations.c.id).limit(limit)
         if statuses:
-            query = query.where(operations.c.status.in_([s.value for s in statuses]))
+            query = query.where(status_in(statuses))
         if tool is not None:
             query = query.where(operations.c.tool == tool)
         if scope is not None:
@@ -223,11 +226,16 @@ class Ledger:
         return [OperationRecord.from_row(row) for row in rows]
 
     async def count_by_status(self, statuses: Sequence[Status]) -> dict[Status, int]:
-        """How many operations are in each of `statuses` (all scopes), zeros included."""
-        query = (
-            select(operations.c.status, func.count())
-            .where(operations.c.status.in_([s.value for s in statuses]))
-            .group_by(operations.c.status)
+        """How many operations are in each of `statuses` (all scopes), zeros included.
+
+        One count per state, so that each open state's count reads its own partial index (a
+        grouped count over several states scans the table).
+        """
+        query = union_all(
+            *(
+                select(literal(status.value), func.count()).where(status_in([status]))
+                for status in statuses
+            )
         )
         async with self.engine.connect() as conn:
             counted = {Status(status): n for status, n in (await conn.execute(query)).all()}
@@ -729,7 +737,7 @@ def _due_query(
     sent_before: ColumnElement[datetime] | datetime | None,
 ) -> Select[Any]:
     query = select(operations.c.id).where(
-        operations.c.status == due.status.value,
+        status_in([due.status]),
         due.column <= now,
         operations.c.tool.in_(tools),
     )

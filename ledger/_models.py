@@ -6,11 +6,13 @@ serializer, so a stored `null`, `0` or `""` can never be confused with a missing
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from datetime import UTC, datetime
 from typing import Any
 
 from sqlalchemy import (
     BigInteger,
+    ColumnElement,
     DateTime,
     Dialect,
     ForeignKey,
@@ -19,9 +21,13 @@ from sqlalchemy import (
     String,
     Text,
     UniqueConstraint,
+    literal_column,
+    text,
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 from sqlalchemy.types import TypeDecorator
+
+from ledger._states import Status
 
 # SQLite only auto-increments an INTEGER PRIMARY KEY; PostgreSQL gets a 64-bit identity.
 _ID = BigInteger().with_variant(Integer(), "sqlite")
@@ -48,6 +54,24 @@ class UTCDateTime(TypeDecorator[datetime]):
         return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
 
 
+def _open_state(status: Status) -> dict[str, Any]:
+    """The `Index` options that make it partial over the rows in `status`, on both backends
+    (the migrations build the same predicates)."""
+    predicate = text(f"status = '{status.value}'")
+    return {"postgresql_where": predicate, "sqlite_where": predicate}
+
+
+def status_in(statuses: Iterable[Status]) -> ColumnElement[bool]:
+    """`status IN (…)` with the states written into the SQL text: a partial index over a state
+    serves a query only when the planner can see that state, and a bound parameter hides it."""
+    states: list[ColumnElement[str]] = [
+        literal_column(f"'{Status(status).value}'") for status in statuses
+    ]
+    column = Operation.__table__.c.status
+    # SQLite proves a partial index's `status = 'x'` from `status = 'x'` only, not `IN ('x')`.
+    return column == states[0] if len(states) == 1 else column.in_(states)
+
+
 class Base(DeclarativeBase):
     """Declarative base of the ledger schema (the metadata Alembic migrations describe)."""
 
@@ -56,15 +80,33 @@ class Operation(Base):
     """One idempotent operation: the authoritative claim on `(scope, key)` and its current state."""
 
     __tablename__ = "writesafe_operations"
+    # Only the indexes writesafe's own queries use (docs/performance.md, "The lean schema"):
+    # every index is written on each guarded call that changes its columns, and a status-led
+    # index over every row is rewritten by both commits of a first execution.
     __table_args__ = (
+        # The claim: the authoritative `(scope, key)`, and the fetch by key.
         UniqueConstraint("scope", "key", name="uq_writesafe_operations_scope_key"),
-        Index("ix_writesafe_operations_status_updated", "status", "updated_at"),
-        Index("ix_writesafe_operations_tool_status", "tool", "status", "updated_at"),
-        Index("ix_writesafe_operations_status_lease", "status", "lease_expires_at"),
-        Index("ix_writesafe_operations_status_next_check", "status", "next_check_at"),
-        # The service lists one tenant's operations by status in keyset order.
+        # The service lists one tenant's operations in keyset order, whatever the status filter.
+        Index("ix_writesafe_operations_scope_updated", "scope", "updated_at", "id"),
+        # The open states are few and short-lived, so partial indexes over them stay small: the
+        # reconciler's queue of crashed executions (expired leases) and of unknown outcomes, and
+        # the operators' list of what needs attention.
         Index(
-            "ix_writesafe_operations_scope_status_updated", "scope", "status", "updated_at", "id"
+            "ix_writesafe_operations_leases",
+            "lease_expires_at",
+            **_open_state(Status.IN_FLIGHT),
+        ),
+        Index(
+            "ix_writesafe_operations_unknown",
+            "next_check_at",
+            **_open_state(Status.OUTCOME_UNKNOWN),
+        ),
+        Index(
+            "ix_writesafe_operations_attention",
+            "scope",
+            "updated_at",
+            "id",
+            **_open_state(Status.NEEDS_ATTENTION),
         ),
     )
 

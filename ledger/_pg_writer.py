@@ -26,6 +26,7 @@ from sqlalchemy import (
     bindparam,
     case,
     exists,
+    func,
     insert,
     select,
     update,
@@ -211,7 +212,13 @@ def _change(shape: _ChangeShape) -> Select[Any]:
         parts.append(_close_execution(changed, store_time=shape.closed_at_store_time))
     if shape.opens:
         parts.append(_open_execution(changed))
-    return select(changed).add_cte(*parts)
+        return select(changed).add_cte(*parts)
+    # Only a change that opens an execution is an intent; an outcome commits without waiting for
+    # its WAL flush (`synchronous_commit` off for this transaction alone). A server crash may
+    # take it back: the operation is then `in_flight` again, its lease runs out and it is
+    # reconciled like any crashed execution, never executed twice (docs/operations.md).
+    lazy = func.set_config("synchronous_commit", "off", True).label("lazy_commit")
+    return select(changed, lazy).add_cte(*parts)
 
 
 def _open_execution(row: CTE) -> CTE:

@@ -39,6 +39,7 @@ T = TypeVar("T")
 
 # Built once and run with parameters: building a statement costs SQLAlchemy more than SQLite takes
 # to run it (a claim that finds its key: 570 µs with the statements built per call, 180 µs so).
+_DURABLE, _LAZY = "PRAGMA synchronous=FULL", "PRAGMA synchronous=NORMAL"
 _CLAIM = (
     sqlite.insert(operations)
     .on_conflict_do_nothing(index_elements=["scope", "key"])
@@ -72,7 +73,8 @@ class SqliteWriter:
         return await self._run(lambda conn: _fetch(conn, scope, key))
 
     async def change(self, change: Change) -> OperationRecord | None:
-        return await self._run(lambda conn: _change(conn, change))
+        # Only a change that opens an execution is an intent; an outcome may commit lazily.
+        return await self._run(lambda conn: _change(conn, change), durable=change.opens)
 
     async def renew(self, leases: Mapping[int, str], until: Moment) -> set[int]:
         params = {"ids": list(leases), "owners": list(leases.values()), "until": until}
@@ -89,16 +91,30 @@ class SqliteWriter:
     def forget_loop(self) -> None:
         """Nothing to drop: the writer's thread serves whichever event loop awaits it."""
 
-    async def _run(self, write: Callable[[Connection], T]) -> T:
-        """Run `write` as one transaction in the writer's thread."""
+    async def _run(self, write: Callable[[Connection], T], *, durable: bool = True) -> T:
+        """Run `write` as one transaction in the writer's thread; see `_transaction`."""
         if self._thread is None:
             self._thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="writesafe-sqlite")
         loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self._thread, self._transaction, write)
+        return await loop.run_in_executor(self._thread, self._transaction, write, durable)
 
-    def _transaction(self, write: Callable[[Connection], T]) -> T:
-        with self._engine.begin() as conn:
-            return write(conn)
+    def _transaction(self, write: Callable[[Connection], T], durable: bool) -> T:
+        """One transaction; a durable one is on disk when it returns (`synchronous=FULL`).
+
+        A lazy one (`synchronous=NORMAL`: the outcome of an execution) skips its own fsync and
+        becomes durable with the next durable commit or checkpoint, as WAL frames are synced in
+        order. Power loss may take it back: the operation is then `in_flight` again, its lease
+        runs out and it is reconciled like any crashed execution, never executed twice. A
+        process crash loses nothing. docs/performance.md, "The embedded path".
+        """
+        with self._engine.connect() as conn:
+            # SQLite refuses to change the safety level inside a transaction, so it is set on
+            # the driver's connection before SQLAlchemy begins one.
+            driver = conn.connection.dbapi_connection
+            assert driver is not None
+            driver.cursor().execute(_DURABLE if durable else _LAZY)
+            with conn.begin():
+                return write(conn)
 
 
 def _claim(conn: Connection, row: dict[str, Any]) -> Claim | None:

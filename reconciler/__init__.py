@@ -5,7 +5,15 @@ Imports `ledger` only. Its `cli` and `service` entry packages may also import `i
 """
 
 from reconciler._absence import Absence, after_absence
-from reconciler._adapters import DEFAULT_ADAPTER, Adapter
+from reconciler._adapters import (
+    DEFAULT_ADAPTER,
+    Adapter,
+    AnswerAdapter,
+    answer_failure,
+    failure_of,
+)
+from reconciler._admission import admit, disagreement
+from reconciler._causes import LEDGER, Lost, Untrusted
 from reconciler._check import (
     Check,
     Lookup,
@@ -41,6 +49,7 @@ from reconciler._decisions import (
     decide_row,
     judge_lookup,
 )
+from reconciler._http_preset import HTTP_ADAPTER, HTTP_RULES, http_adapter
 from reconciler._lookup import Found, LookupResult, NotFound, Unknown
 from reconciler._mcp import from_call_tool_result, to_call_tool_result
 from reconciler._problem import (
@@ -59,7 +68,17 @@ from reconciler._resolve import (
     resolve_operation,
 )
 from reconciler._response import DownstreamError, RawResponse, response_of
-from reconciler._retry import DEFAULT_RETRY_POLICY, RetryBudget, RetryPolicy, RetrySignal, wait_max
+from reconciler._retry import (
+    DEFAULT_MAX_ELAPSED,
+    DEFAULT_RETRY_POLICY,
+    RetryBudget,
+    RetryPolicy,
+    RetrySignal,
+    defer,
+    exhausted,
+    replay_timed,
+    wait_max,
+)
 from reconciler._retry_after import MAX_RETRY_AFTER_MS, parse_retry_after
 from reconciler._rules import NOT_JSON, ResponseAdapter, Rule
 from reconciler._schema import envelope_json_schema
@@ -72,16 +91,27 @@ from reconciler._views import (
     attempts_left,
     operation_info,
 )
-from reconciler._webmcp import WEBMCP_CODES, WebMcpCode, from_webmcp, to_webmcp
+from reconciler._webmcp import (
+    WEBMCP_CODES,
+    WebMcpCode,
+    from_webmcp,
+    from_webmcp_text,
+    to_webmcp,
+    to_webmcp_text,
+)
 from reconciler._wire import read_envelope
 
 __all__ = [
     "BUILTIN_VERDICTS",
     "CODES",
     "DEFAULT_ADAPTER",
+    "DEFAULT_MAX_ELAPSED",
     "DEFAULT_RETRY_POLICY",
     "FIELD_LIMIT",
+    "HTTP_ADAPTER",
+    "HTTP_RULES",
     "HTTP_STATUS",
+    "LEDGER",
     "MAX_RETRY_AFTER_MS",
     "MESSAGE_LIMIT",
     "NOT_JSON",
@@ -90,6 +120,7 @@ __all__ = [
     "WEBMCP_CODES",
     "Absence",
     "Adapter",
+    "AnswerAdapter",
     "AttemptView",
     "Check",
     "Classification",
@@ -109,6 +140,7 @@ __all__ = [
     "LookupResult",
     "LookupSpec",
     "LookupVerdict",
+    "Lost",
     "NextAction",
     "NotFound",
     "OperationInfo",
@@ -135,27 +167,38 @@ __all__ = [
     "ToolError",
     "Unknown",
     "UnknownCode",
+    "Untrusted",
     "Verdict",
     "WebMcpCode",
+    "admit",
     "after_absence",
+    "answer_failure",
     "attempts_left",
     "classify_exception",
     "decide_continuation",
     "decide_row",
+    "defer",
+    "disagreement",
     "envelope_json_schema",
     "exception_evidence",
+    "exhausted",
+    "failure_of",
     "from_call_tool_result",
     "from_problem",
     "from_webmcp",
+    "from_webmcp_text",
+    "http_adapter",
     "judge_lookup",
     "operation_info",
     "parse_retry_after",
     "read_envelope",
+    "replay_timed",
     "resolve_operation",
     "response_of",
     "run_lookup",
     "to_call_tool_result",
     "to_problem",
     "to_webmcp",
+    "to_webmcp_text",
     "wait_max",
 ]

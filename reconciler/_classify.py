@@ -13,6 +13,7 @@ from typing import Any
 
 import httpx
 
+from reconciler._causes import Lost, Untrusted
 from reconciler._contract import Code, CodeRegistry, ErrorEnvelope
 from reconciler._tool_error import ToolError
 
@@ -68,6 +69,18 @@ def classify_exception(error: BaseException, codes: CodeRegistry) -> Classificat
         return Classification(codes.envelope(Code.TEMP_UNAVAILABLE, message), evidence)
     if isinstance(error, _SENT_THEN_LOST):
         message = f"the request may have been applied: {type(error).__name__} after sending"
-        return Classification(codes.envelope(Code.OUTCOME_UNKNOWN, message), evidence)
+        envelope = codes.envelope(Code.OUTCOME_UNKNOWN, message, cause=_lost(error).value)
+        return Classification(envelope, evidence)
     message = f"unclassified failure {type(error).__name__}"
-    return Classification(codes.envelope(Code.UNKNOWN_ERROR, message), evidence)
+    envelope = codes.envelope(
+        Code.UNKNOWN_ERROR, message, cause=Untrusted.UNCLASSIFIED_EXCEPTION.value
+    )
+    return Classification(envelope, evidence)
+
+
+def _lost(error: BaseException) -> Lost:
+    if isinstance(error, asyncio.CancelledError):
+        return Lost.CANCELLED
+    if isinstance(error, TimeoutError | httpx.TimeoutException):
+        return Lost.TIMEOUT
+    return Lost.INTERRUPTED

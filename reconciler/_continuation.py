@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from enum import StrEnum
 
-from reconciler._contract import Code, CodeRegistry, UnknownCode
+from reconciler._contract import CodeRegistry, NextAction, SideEffects, UnknownCode, Verdict
 
 
 class Continuation(StrEnum):
@@ -40,31 +40,38 @@ def decide_continuation(
     now: datetime,
     codes: CodeRegistry,
 ) -> Continuation:
-    """The continuation policy of DESIGN.md, in one function."""
+    """The continuation policy of DESIGN.md, in one function, keyed on the stored code's verdict:
+    a registered code behaves exactly like the built-ins of the same verdict."""
+    verdict = _verdict(failed.code, codes)
     payload_changed = fingerprint != failed.fingerprint
-    if failed.code == Code.INPUT_INVALID:
+    if verdict is not None and verdict.next_action is NextAction.CORRECT_INPUT:
         wants = payload_changed
     elif payload_changed:
         return Continuation.KEY_REUSED
-    elif failed.code == Code.AUTH_REQUIRED:
+    elif verdict is None:
+        wants = False
+    elif verdict.next_action is NextAction.AUTHENTICATE:
         wants = auth_hash is not None and auth_hash != failed.auth_hash
     else:
-        wants = _retry_due(failed, now, codes)
+        wants = _retry_due(failed, verdict, now)
     if not wants or failed.executions >= failed.max_executions:
         return Continuation.STORED_FAILURE
     return Continuation.CONTINUE
 
 
-def _retry_due(failed: FailedOperation, now: datetime, codes: CodeRegistry) -> bool:
+def _verdict(code: str | None, codes: CodeRegistry) -> Verdict | None:
+    if code is None:
+        return None
+    try:
+        return codes.verdict(code)
+    except UnknownCode:
+        return None
+
+
+def _retry_due(failed: FailedOperation, verdict: Verdict, now: datetime) -> bool:
     # A retryable no-effect code left budget behind (e.g. the dependency's retry budget was
     # empty): a later call may try again once the stated delay has passed.
-    if failed.code is None:
-        return False
-    try:
-        verdict = codes.verdict(failed.code)
-    except UnknownCode:
-        return False
-    if not verdict.retryable or failed.code in (Code.IN_PROGRESS, Code.RETRY_EXHAUSTED):
+    if not verdict.retryable or verdict.side_effects is not SideEffects.NONE:
         return False
     delay = timedelta(milliseconds=failed.retry_after_ms or 0)
     return now >= failed.failed_at + delay

@@ -14,12 +14,15 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from reconciler._causes import Untrusted
+
 SCHEMA = "writesafe.error/1"
 MESSAGE_LIMIT = 512
 FIELD_LIMIT = 256
 
 _CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
 _CODE = re.compile(r"^[A-Z][A-Z0-9_]{1,63}$")
+_CAUSE = re.compile(r"^[A-Za-z][A-Za-z0-9_]{1,63}$")
 
 
 class SideEffects(StrEnum):
@@ -64,6 +67,7 @@ class Code(StrEnum):
     KEY_REUSED = "KEY_REUSED"
     RETRY_EXHAUSTED = "RETRY_EXHAUSTED"
     UNKNOWN_ERROR = "UNKNOWN_ERROR"
+    RESULT_NOT_STORED = "RESULT_NOT_STORED"
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,6 +98,13 @@ class Verdict:
         if self.next_action is NextAction.RECONCILE and self.side_effects is SideEffects.NONE:
             raise ValueError("a code that asks for reconciliation must have side_effects unknown")
 
+    @property
+    def names_field(self) -> bool:
+        """An envelope of this verdict names the input to correct, and only it names one: the
+        caller cannot correct an input it is not told, and a field on any other verdict would
+        point a caller at an input that is not at fault."""
+        return self.next_action is NextAction.CORRECT_INPUT
+
 
 _S, _A, _D = SideEffects, NextAction, Disposition
 
@@ -109,6 +120,9 @@ BUILTIN_VERDICTS: dict[str, Verdict] = {
     Code.KEY_REUSED: Verdict(_S.NONE, False, _A.CORRECT_INPUT, None),
     Code.RETRY_EXHAUSTED: Verdict(_S.NONE, False, _A.STOP, _D.RETRY_EXHAUSTED),
     Code.UNKNOWN_ERROR: Verdict(_S.UNKNOWN, False, _A.HANDOFF, _D.UNKNOWN),
+    # The write ran (its operation is `succeeded`) but its result could not be stored: no
+    # caller gets it, and the key never runs again. The contract has no "applied" side effect.
+    Code.RESULT_NOT_STORED: Verdict(_S.UNKNOWN, False, _A.HANDOFF, _D.UNKNOWN),
 }
 
 
@@ -170,6 +184,16 @@ class ErrorEnvelope(BaseModel):
     ] = None
     next_action: NextAction
     side_effects: SideEffects
+    cause: Annotated[
+        str | None,
+        Field(
+            pattern=_CAUSE.pattern,
+            description=(
+                "What led to this code: for RETRY_EXHAUSTED the code whose retries used up the "
+                "budget, for UNKNOWN_ERROR why nothing more specific could be trusted."
+            ),
+        ),
+    ] = None
     operation: OperationInfo | None = Field(
         default=None, description="Where the operation behind the error stands, if there is one."
     )
@@ -234,16 +258,18 @@ class CodeRegistry:
         field: str | None = None,
         retry_after_ms: int | None = None,
         side_effects: SideEffects | None = None,
+        cause: str | None = None,
         operation: OperationInfo | None = None,
     ) -> ErrorEnvelope:
         """Build an envelope whose typed fields come from the code's verdict.
 
-        An unregistered code fails closed to UNKNOWN_ERROR, naming the code it could not trust.
+        An unregistered code fails closed to UNKNOWN_ERROR (cause `unregistered_code`, no field:
+        whatever the field meant belonged to a code nobody knows), naming the code in the message.
         `side_effects=NONE` may narrow UNKNOWN_ERROR where an adapter proved nothing was sent.
         """
         if code not in self._verdicts:
             message = f"unregistered code {code}: {message}"
-            code = Code.UNKNOWN_ERROR
+            code, field, cause = Code.UNKNOWN_ERROR, None, Untrusted.UNREGISTERED_CODE.value
         verdict = self._verdicts[code]
         return ErrorEnvelope(
             code=code,
@@ -253,6 +279,7 @@ class CodeRegistry:
             retry_after_ms=retry_after_ms,
             next_action=verdict.next_action,
             side_effects=_narrowed(code, verdict.side_effects, side_effects),
+            cause=None if cause is None else str(cause),
             operation=operation,
         )
 

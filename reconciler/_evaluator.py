@@ -22,55 +22,62 @@ Observed = dict[str, Any]
 RESULT_KEYS = ("trace", "action", "disposition", "executions", "writes", "after_reconcile")
 """Keys of a case that are results (everything else in a case is input)."""
 
-SHIPMENT_COLUMNS = ("execution", "input", "auth_ok", "response_code", "action", "clock_ms")
-ORDER_COLUMNS = ("code", "retryable", "field")
-_ACTION = SHIPMENT_COLUMNS.index("action")
 
-SUCCESS = "success"
+@dataclass(frozen=True, slots=True)
+class Vocabulary:
+    """The words a cases file records its results in, so that totals are counted in them.
 
-BUILTIN_WRONG_RESULTS: dict[str, dict[str, Any]] = {
-    # shipment_lookup.yaml: one change to the observed traces.
-    "retried_refusal": {
-        "target": "observed",
-        "case": "access_denied",
-        "append": {"trace": [2, "SHIP-104", True, "ACCESS_DENIED", "stop", 0]},
-    },
-    "retried_before_delay": {
-        "target": "observed",
-        "case": "temporary_then_ok",
-        "set": {"trace.1.5": 0},
-    },
-    "invalid_declared_success": {
-        "target": "observed",
-        "case": "invalid_unchanged",
-        "set": {"disposition": "success"},
-    },
-    "fourth_execution": {
-        "target": "observed",
-        "case": "temporary_persistent",
-        "append": {"trace": [4, "SHIP-104", True, "TEMP_UNAVAILABLE", "stop", 3000]},
-    },
-    # order_submission.yaml: one change to the expected results of backend2+adapter3.
-    "invalid_marked_retryable": {
-        "target": "expected",
-        "pair": "backend2+adapter3",
-        "case": "invalid_postcode",
-        "set": {"trace.0.1": True},
-    },
-    "invalid_code_renamed": {
-        "target": "expected",
-        "pair": "backend2+adapter3",
-        "case": "invalid_postcode",
-        "set": {"trace.0.0": "VALIDATION_FAILED", "action": "handoff"},
-    },
-}
-"""The edits behind the wrong results the recorded files list by id only. A cases file may
-instead spell its own: `{id, target: observed|expected, case, pair?, set: {path: value},
-append: {path: row}}`, paths dotted (`trace.1.5`)."""
+    `columns` names a trace row's columns; the column named `action`, when rows have it, says
+    what the client did next, and `counts_after` maps an action that another execution followed
+    to the total it counts towards. `success` is the disposition that counts as succeeded. A file
+    declares its own under `vocabulary:`; without one, the project's words below apply.
+    """
+
+    columns: tuple[str, ...] = (
+        "execution", "input", "auth_ok", "response_code", "action", "clock_ms",
+    )  # fmt: skip
+    action: str = "action"
+    success: str = "success"
+    counts_after: Mapping[str, str] = field(
+        default_factory=lambda: {
+            "retry_after_delay": "availability_retries",
+            "correct_input": "corrected_continuations",
+            "authenticate": "auth_continuations",
+        }
+    )
+
+    @classmethod
+    def from_document(cls, document: object) -> Vocabulary:
+        if document is None:
+            return cls()
+        if not isinstance(document, dict):
+            raise ValueError("`vocabulary` is a mapping")
+        default = cls()
+        columns = document.get("columns", default.columns)
+        counts_after = document.get("counts_after", default.counts_after)
+        success = document.get("success", default.success)
+        action = document.get("action", default.action)
+        if not (isinstance(columns, list | tuple) and all(isinstance(c, str) for c in columns)):
+            raise ValueError("`vocabulary.columns` is a list of names")
+        if not (
+            isinstance(counts_after, dict)
+            and all(isinstance(k, str) and isinstance(v, str) for k, v in counts_after.items())
+        ):
+            raise ValueError("`vocabulary.counts_after` maps actions to total names")
+        if not isinstance(success, str) or not isinstance(action, str):
+            raise ValueError("`vocabulary.success` and `vocabulary.action` are names")
+        return cls(tuple(columns), action, success, dict(counts_after))
+
+    def action_of(self, row: Sequence[Any]) -> Any:
+        """The row's action, if rows of this vocabulary carry one and this row is complete."""
+        if self.action not in self.columns or len(row) != len(self.columns):
+            return None
+        return row[self.columns.index(self.action)]
 
 
 class ScenarioRunner(Protocol):
-    """Runs recorded cases against named backends and adapters (see examples/)."""
+    """Runs recorded cases against named backends and adapters (see examples/). It may name a
+    `declarations` file for cases files that cannot carry their own (see `CaseFile.load`)."""
 
     backends: Mapping[str, Any]
     adapters: Mapping[str, Any]
@@ -91,7 +98,11 @@ class PairExpectation:
 
 @dataclass(frozen=True, slots=True)
 class CaseFile:
-    """A recorded scenario file: cases with their expected results, and what must hold overall."""
+    """A recorded scenario file: cases with their expected results, and what must hold overall.
+
+    A wrong result is `{id, target: observed|expected, case, pair?, set: {path: value},
+    append: {path: row}}`, paths dotted (`trace.1.5`): one deliberate change the evaluator must
+    reject. A file that lists wrong results by id only takes their edits from its declarations."""
 
     path: str
     cases: tuple[dict[str, Any], ...]
@@ -99,12 +110,22 @@ class CaseFile:
     totals: Mapping[str, int] = field(default_factory=dict)
     pairs: tuple[PairExpectation, ...] = ()
     wrong_results: tuple[dict[str, Any], ...] = ()
+    vocabulary: Vocabulary = field(default_factory=Vocabulary)
 
     @classmethod
-    def load(cls, path: str | Path) -> CaseFile:
+    def load(cls, path: str | Path, declarations: str | Path | None = None) -> CaseFile:
+        """Read a cases file; `declarations` (YAML with `vocabulary` and `wrong_results`) adds
+        what a file recorded elsewhere cannot say itself: its words and its wrong results'
+        edits (an edit there completes the file's entry with the same id)."""
         document = yaml.safe_load(Path(path).read_text())
         if not isinstance(document, dict) or not isinstance(document.get("cases"), list):
             raise ValueError(f"{path}: a cases file is a mapping with a `cases` list")
+        declared: dict[str, Any] = {}
+        if declarations is not None:
+            declared = yaml.safe_load(Path(declarations).read_text()) or {}
+            if not isinstance(declared, dict):
+                raise ValueError(f"{declarations}: declarations are a mapping")
+        edits = {e.get("id"): e for e in declared.get("wrong_results") or () if isinstance(e, dict)}
         cases = tuple(document["cases"])
         for case in cases:
             if not isinstance(case, dict) or not isinstance(case.get("id"), str):
@@ -118,7 +139,13 @@ class CaseFile:
                 PairExpectation(p["backend"], p["adapter"], p["cases"], tuple(p.get("fails", ())))
                 for p in document.get("pairs") or ()
             ),
-            wrong_results=tuple(document.get("wrong_results") or ()),
+            wrong_results=tuple(
+                {**edits.get(entry.get("id"), {}), **entry} if isinstance(entry, dict) else entry
+                for entry in document.get("wrong_results") or ()
+            ),
+            vocabulary=Vocabulary.from_document(
+                document.get("vocabulary", declared.get("vocabulary"))
+            ),
         )
 
     def case(self, case_id: str) -> dict[str, Any]:
@@ -265,7 +292,9 @@ def judge_pair(
             report.problems.append(
                 f"{case['id']}: {len(trace)} executions exceed the budget of {cases.budget}"
             )
-    report.counts = totals([seen for seen in observed.values() if seen is not None])
+    report.counts = totals(
+        [seen for seen in observed.values() if seen is not None], cases.vocabulary
+    )
     for name, value in cases.totals.items():
         if name not in report.counts:
             report.problems.append(f"totals: no way to count {name!r}")
@@ -274,36 +303,24 @@ def judge_pair(
     return report
 
 
-def totals(observed: Sequence[Observed]) -> dict[str, int]:
-    """Counts over observed traces whose rows carry an action (the shipment row format)."""
+def totals(observed: Sequence[Observed], vocabulary: Vocabulary) -> dict[str, int]:
+    """Counts over observed traces, in the cases file's own words."""
     counts = dict.fromkeys(
-        (
-            "executions",
-            "initial",
-            "availability_retries",
-            "corrected_continuations",
-            "auth_continuations",
-            "succeeded",
-            "ended_without_success",
-        ),
+        ("executions", "initial", *vocabulary.counts_after.values(), "succeeded",
+         "ended_without_success"),
         0,
-    )
-    following = {
-        "retry_after_delay": "availability_retries",
-        "correct_input": "corrected_continuations",
-        "authenticate": "auth_continuations",
-    }
+    )  # fmt: skip
     for seen in observed:
         rows = seen.get("trace") or []
         counts["executions"] += len(rows)
         counts["initial"] += 1 if rows else 0
         for before in rows[:-1]:  # each execution that another one followed
-            action = before[_ACTION] if len(before) == len(SHIPMENT_COLUMNS) else None
-            if action in following:
-                counts[following[action]] += 1
+            total = vocabulary.counts_after.get(vocabulary.action_of(before))
+            if total is not None:
+                counts[total] += 1
         if "disposition" in seen:
-            outcome = "succeeded" if seen["disposition"] == SUCCESS else "ended_without_success"
-            counts[outcome] += 1
+            succeeded = seen["disposition"] == vocabulary.success
+            counts["succeeded" if succeeded else "ended_without_success"] += 1
     return counts
 
 
@@ -320,9 +337,9 @@ def _check(
     An edit naming a `pair` is checked there when that pair was run, else on every run pair.
     """
     wrong_id = str(entry.get("id"))
-    edit = dict(entry) if "case" in entry else BUILTIN_WRONG_RESULTS.get(wrong_id)
-    if edit is None:
-        return WrongResultCheck(wrong_id, False, "no edit defined for this wrong result")
+    edit = dict(entry)
+    if "case" not in edit:
+        return WrongResultCheck(wrong_id, False, "no edit declared for this wrong result")
     case_id = edit["case"]
     if case_id not in {case["id"] for case in cases.cases}:
         return WrongResultCheck(wrong_id, False, f"the file has no case {case_id}")

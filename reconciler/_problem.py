@@ -11,6 +11,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
+from reconciler._causes import Untrusted
 from reconciler._classify import Classification
 from reconciler._contract import CODES, Code, CodeRegistry, ErrorEnvelope, NextAction
 from reconciler._wire import Malformed, malformed, parse_json, read_envelope
@@ -33,6 +34,7 @@ HTTP_STATUS: dict[str, tuple[int, str]] = {
     Code.KEY_REUSED: (422, "Idempotency key reused"),
     Code.RETRY_EXHAUSTED: (503, "Retries exhausted"),
     Code.UNKNOWN_ERROR: (502, "Unknown error"),
+    Code.RESULT_NOT_STORED: (502, "Result not stored"),
 }
 """Status and title of each built-in code (409 and 422 for keys, as the IETF Idempotency-Key
 draft uses them)."""
@@ -87,9 +89,10 @@ def from_problem(body: object, codes: CodeRegistry = CODES) -> Classification:
         try:
             body = parse_json(body)
         except Malformed as error:
-            return malformed(str(error), body, codes)
+            return malformed(error, body, codes)
     if not isinstance(body, dict):
-        return malformed(f"a problem is a JSON object, not {type(body).__name__}", body, codes)
+        detail = f"a problem is a JSON object, not {type(body).__name__}"
+        return malformed(Malformed(Untrusted.NOT_AN_OBJECT, detail), body, codes)
     envelope = {k: v for k, v in body.items() if k not in PROBLEM_MEMBERS}
     return read_envelope(envelope, codes)
 

@@ -352,3 +352,48 @@ def test_fuzzed_responses_never_raise(status: int, body: bytes, headers: list[An
             Code.UNKNOWN_ERROR,
             *(CODES.verdicts()),  # a valid downstream envelope is read as what it says
         )
+
+
+@pytest.mark.parametrize(
+    ("body", "headers", "expected"),
+    [
+        ({"retry_after_ms": 1500}, {}, 1500),
+        ({"retry_after_ms": 1500}, {"Retry-After": "2"}, 2000),  # the header wins
+        ({"retry_after_ms": 10**12}, {}, MAX_RETRY_AFTER_MS),  # clamped like a header
+        ({"retry_after_ms": "soon"}, {}, 300),  # not a number: the rule's fixed delay
+        ({"retry_after_ms": -5}, {}, 300),
+        ({"retry_after_ms": True}, {}, 300),
+        ({}, {}, 300),
+    ],
+)
+def test_a_delay_stated_in_the_body(
+    body: dict[str, Any], headers: dict[str, str], expected: int
+) -> None:
+    adapter = ResponseAdapter(
+        name="json-delay",
+        version="1",
+        rules=(
+            Rule(
+                Code.RATE_LIMITED,
+                status=429,
+                retry_after_ms_from="retry_after_ms",
+                retry_after_ms=300,
+            ),
+        ),
+    )
+    found = classify(adapter, DownstreamError(429, json=body, headers=headers))
+    assert found.envelope.retry_after_ms == expected
+
+
+def test_answer_rules_judge_successful_answers_only_when_they_match() -> None:
+    adapter = ResponseAdapter(
+        name="answers",
+        version="1",
+        answer_rules=(Rule(Code.DEPENDENCY_BUSY, body={"ok": False}),),
+    )
+    busy = adapter.classify_answer({"ok": False}, CODES)
+    assert busy is not None
+    assert busy.envelope.code == Code.DEPENDENCY_BUSY
+    assert adapter.classify_answer({"ok": True}, CODES) is None
+    assert adapter.classify_answer(object(), CODES) is None  # nothing JSON-shaped to judge
+    assert ResponseAdapter(name="plain", version="1").classify_answer({"ok": False}, CODES) is None

@@ -50,6 +50,7 @@ EXPECTED_VERDICTS = {
     "KEY_REUSED": (N, False, A.CORRECT_INPUT, None),
     "RETRY_EXHAUSTED": (N, False, A.STOP, D.RETRY_EXHAUSTED),
     "UNKNOWN_ERROR": (U, False, A.HANDOFF, D.UNKNOWN),
+    "RESULT_NOT_STORED": (U, False, A.HANDOFF, D.UNKNOWN),
 }
 
 
@@ -162,7 +163,9 @@ def test_a_valid_envelope_is_read_back_exactly() -> None:
     wire = valid_wire()
     assert read_envelope(wire).envelope.to_json_dict() == wire
     assert read_envelope(json.dumps(wire)).envelope.to_json_dict() == wire
-    minimal = {k: wire[k] for k in ("code", "message", "retryable", "next_action", "side_effects")}
+    minimal = {
+        k: wire[k] for k in ("code", "message", "retryable", "next_action", "side_effects", "field")
+    }
     assert read_envelope(minimal).envelope.code == Code.INPUT_INVALID
 
 

@@ -11,9 +11,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from reconciler._evaluator import (
-    BUILTIN_WRONG_RESULTS,
     CaseFile,
     PairRun,
     compare,
@@ -23,6 +23,12 @@ from reconciler._evaluator import (
 )
 
 EVALUATOR = Path(__file__).parent.parent / "reconciler" / "_evaluator.py"
+SHIPMENT_DECLARATIONS = (
+    Path(__file__).parent.parent / "examples" / "shipment_lookup" / "declarations.yaml"
+)
+DECLARED_EDITS: dict[str, dict[str, Any]] = {
+    edit["id"]: edit for edit in yaml.safe_load(SHIPMENT_DECLARATIONS.read_text())["wrong_results"]
+}
 
 
 def test_the_evaluator_imports_no_writesafe_code() -> None:
@@ -102,15 +108,7 @@ SHIPMENT = CaseFile(
         },
     ),
     totals={"executions": 7, "availability_retries": 3, "succeeded": 1},
-    wrong_results=tuple(
-        {"id": wrong}
-        for wrong in (
-            "retried_refusal",
-            "retried_before_delay",
-            "invalid_declared_success",
-            "fourth_execution",
-        )
-    ),
+    wrong_results=tuple(DECLARED_EDITS.values()),
 )
 
 
@@ -134,7 +132,7 @@ def test_a_perfect_observation_passes_and_every_wrong_result_is_rejected() -> No
 
 @pytest.mark.parametrize("wrong", [w["id"] for w in SHIPMENT.wrong_results])
 def test_each_wrong_result_applied_directly_is_a_mismatch(wrong: str) -> None:
-    edit = BUILTIN_WRONG_RESULTS[wrong]
+    edit = DECLARED_EDITS[wrong]
     observed = perfect(SHIPMENT)
     case = observed[edit["case"]]
     for path, value in edit.get("set", {}).items():
@@ -182,11 +180,14 @@ def test_unknown_wrong_results_and_unchecked_ones_fail_the_report() -> None:
     cases = CaseFile(
         path="inline",
         cases=SHIPMENT.cases,
-        wrong_results=({"id": "never_defined"}, {"id": "invalid_marked_retryable"}),
+        wrong_results=(
+            {"id": "never_defined"},
+            {"id": "other_file", "target": "expected", "case": "invalid_postcode", "set": {}},
+        ),
     )
     report = evaluate(cases, [PairRun("s", "a", perfect(SHIPMENT))])
     assert [(w.rejected, w.detail) for w in report.wrong_results] == [
-        (False, "no edit defined for this wrong result"),
+        (False, "no edit declared for this wrong result"),
         (False, "the file has no case invalid_postcode"),
     ]
     assert not report.ok
@@ -242,3 +243,64 @@ def test_a_wrong_result_counts_only_where_the_case_matches_as_recorded() -> None
     assert [(w.rejected, w.detail) for w in report.wrong_results] == [
         (False, "no run pair matched one as recorded")
     ]
+
+
+TEAM_CASES = """
+budget: 3
+vocabulary:
+  columns: [step, reply, next]
+  action: next
+  success: done
+  counts_after: {wait: waits, fix: fixes}
+cases:
+  - id: busy_then_ok
+    trace: [[1, BUSY, wait], [2, OK, finish]]
+    disposition: done
+  - id: fixed
+    trace: [[1, BAD, fix], [2, OK, finish]]
+    disposition: done
+  - id: gave_up
+    trace: [[1, BUSY, wait], [2, BUSY, wait], [3, BUSY, quit]]
+    disposition: exhausted
+totals: {executions: 7, waits: 3, fixes: 1, succeeded: 2, ended_without_success: 1}
+wrong_results:
+  - id: retried_too_often
+    target: observed
+    case: gave_up
+    append: {trace: [4, BUSY, quit]}
+  - {id: declared_elsewhere}
+"""
+
+
+def test_a_cases_file_in_its_own_words_is_counted_in_them(tmp_path: Path) -> None:
+    path = tmp_path / "team.yaml"
+    path.write_text(TEAM_CASES)
+    declarations = tmp_path / "declarations.yaml"
+    declarations.write_text(
+        "wrong_results:\n"
+        "  - {id: declared_elsewhere, target: observed, case: fixed, set: {disposition: nope}}\n"
+    )
+    cases = CaseFile.load(path, declarations)
+    report = evaluate(cases, [PairRun("b", "a", perfect(cases))])
+    [pair] = report.pairs
+    assert pair.totals == {
+        "executions": (7, 7),
+        "waits": (3, 3),
+        "fixes": (1, 1),
+        "succeeded": (2, 2),
+        "ended_without_success": (1, 1),
+    }
+    assert [(w.id, w.rejected) for w in report.wrong_results] == [
+        ("retried_too_often", True),
+        ("declared_elsewhere", True),
+    ]
+    assert report.ok
+
+
+def test_the_recorded_files_take_their_edits_from_declarations() -> None:
+    """No wrong result is known to the evaluator by id: without declarations none is checked."""
+    cases = CaseFile(
+        path="inline", cases=SHIPMENT.cases, wrong_results=({"id": "retried_refusal"},)
+    )
+    [check] = evaluate(cases, [PairRun("s", "a", perfect(SHIPMENT))]).wrong_results
+    assert not check.rejected

@@ -152,7 +152,7 @@ class Harness:
             assert op.lease_expires_at is None
             assert len(op.fingerprint) == 64
             loads_json(op.arguments)
-            if op.status is Status.SUCCEEDED:
+            if op.status is Status.SUCCEEDED and op.last_code != "RESULT_NOT_STORED":
                 assert op.result is not None
                 loads_json(op.result)
             else:

@@ -19,36 +19,24 @@ from reconciler import (
     CodeRegistry,
     Disposition,
     ErrorEnvelope,
+    Lost,
     NextAction,
-    OperationInfo,
     SideEffects,
+    Untrusted,
     Verdict,
     WebMcpCode,
     from_call_tool_result,
     from_problem,
     from_webmcp,
+    from_webmcp_text,
     to_call_tool_result,
     to_problem,
     to_webmcp,
+    to_webmcp_text,
 )
+from reconciler._vectors import emitted
 
-OPERATION = OperationInfo(key="ord-7", status="failed", attempt=1, attempts_left=2)
-
-
-def envelopes() -> list[ErrorEnvelope]:
-    """Every built-in code, with and without the optional fields."""
-    made = []
-    for code in Code:
-        made.append(CODES.envelope(code, f"{code} happened"))
-        made.append(
-            CODES.envelope(
-                code, "with everything", field="postcode", retry_after_ms=1500, operation=OPERATION
-            )
-        )
-    return made
-
-
-ALL = envelopes()
+ALL = [e for e in emitted() if e.cause is None]  # OUTCOME_UNKNOWN's causes: tested below
 
 
 def test_every_builtin_code_has_one_row_in_each_table() -> None:
@@ -83,7 +71,11 @@ def test_mcp_reads_the_text_block_when_structured_content_is_dropped() -> None:
         CallToolResult(content=[TextContent(type="text", text="it broke")], is_error=True),
         CallToolResult(content=[], is_error=True),
         CallToolResult(content=[TextContent(type="text", text="{}")], is_error=False),
-        CallToolResult(content=[], structured_content={"error": {"code": "X"}}, is_error=True),
+        CallToolResult(
+            content=[TextContent(type="text", text="{}")],
+            structured_content={"error": {"code": "X"}},
+            is_error=True,
+        ),
     ],
     ids=["prose", "empty", "not-an-error", "invalid-envelope"],
 )
@@ -92,6 +84,114 @@ def test_mcp_without_a_valid_envelope_fails_closed(result: CallToolResult) -> No
     assert classification.envelope.code == Code.UNKNOWN_ERROR
     assert classification.envelope.side_effects is SideEffects.UNKNOWN
     assert "raw" in classification.evidence
+
+
+INVALID = CODES.envelope(Code.INPUT_INVALID, "postcode is not served", field="postcode")
+
+
+def mcp_wire(envelope: dict[str, Any], **changes: Any) -> dict[str, Any]:
+    """An error result as JSON, as a client without the SDK receives it."""
+    wire = to_call_tool_result(CODES.envelope(Code.ACCESS_DENIED, "no")).model_dump(
+        mode="json", by_alias=True, exclude_none=True
+    )
+    text = json.dumps(envelope)
+    return {**wire, "structuredContent": {"error": envelope}, "content": [
+        {"type": "text", "text": text}
+    ], **changes}  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("wire", "reason"),
+    [
+        (mcp_wire(INVALID.to_json_dict(), resultType="input_required"), Untrusted.NOT_COMPLETE),
+        (mcp_wire(INVALID.to_json_dict(), resultType="task"), Untrusted.NOT_COMPLETE),
+        (mcp_wire({**INVALID.to_json_dict(), "field": None}), Untrusted.FIELD_MISSING),
+        (
+            mcp_wire({**CODES.envelope(Code.ACCESS_DENIED, "no").to_json_dict(), "field": "pc"}),
+            Untrusted.FIELD_UNEXPECTED,
+        ),
+        (
+            mcp_wire({**CODES.envelope(Code.AUTH_REQUIRED, "no").to_json_dict(), "field": "pc"}),
+            Untrusted.FIELD_UNEXPECTED,
+        ),
+        (
+            mcp_wire({**CODES.envelope(Code.UNKNOWN_ERROR, "?").to_json_dict(), "field": "pc"}),
+            Untrusted.FIELD_UNEXPECTED,
+        ),
+        (
+            {
+                **mcp_wire(INVALID.to_json_dict()),
+                "content": [
+                    {"type": "text", "text": json.dumps({**INVALID.to_json_dict(), "field": "sku"})}
+                ],
+            },
+            Untrusted.COPIES_DISAGREE,
+        ),
+        (
+            {**mcp_wire(INVALID.to_json_dict()), "content": [{"type": "text", "text": "oops"}]},
+            Untrusted.COPIES_DISAGREE,
+        ),
+        (mcp_wire(INVALID.to_json_dict(), content=[]), Untrusted.EMPTY_CONTENT),
+        (
+            mcp_wire({**INVALID.to_json_dict(), "retry_after_ms": 10**12}),
+            Untrusted.DELAY_OUT_OF_RANGE,
+        ),
+        (
+            mcp_wire(
+                {**CODES.envelope(Code.UNKNOWN_ERROR, "?").to_json_dict(), "side_effects": "none"}
+            ),
+            Untrusted.UNPROVEN_NO_EFFECT,
+        ),
+        (mcp_wire(INVALID.to_json_dict(), isError=False), Untrusted.NOT_AN_ERROR),
+        ({"isError": True}, Untrusted.NO_ENVELOPE),
+        (mcp_wire({**INVALID.to_json_dict(), "retryable": True}), Untrusted.VERDICT_CONTRADICTED),
+        (mcp_wire({**INVALID.to_json_dict(), "code": "NOPE"}), Untrusted.UNREGISTERED_CODE),
+    ],
+    ids=[
+        "input-required",
+        "task",
+        "field-missing",
+        "denied-with-field",
+        "auth-with-field",
+        "unknown-with-field",
+        "copies-disagree",
+        "text-not-envelope",
+        "empty-content",
+        "absurd-delay",
+        "foreign-no-effect",
+        "not-an-error",
+        "no-content",
+        "retryable-invalid",
+        "unregistered",
+    ],
+)
+def test_mcp_reader_fails_closed_on_meaning_with_its_reason(
+    wire: dict[str, Any], reason: Untrusted
+) -> None:
+    """The wire form (a plain dict) and the SDK's model fail closed alike, for the same reason."""
+    for result in (wire, _model(wire)):
+        if result is None:
+            continue
+        found = from_call_tool_result(result)
+        assert found.envelope.code == Code.UNKNOWN_ERROR
+        assert found.envelope.side_effects is SideEffects.UNKNOWN
+        assert found.envelope.field is None
+        assert found.envelope.cause == reason
+        assert found.evidence["untrusted"] == reason
+        assert found.evidence["raw"]["excerpt"]
+
+
+def _model(wire: dict[str, Any]) -> CallToolResult | None:
+    try:
+        return CallToolResult.model_validate(wire)
+    except ValueError:
+        return None
+
+
+def test_mcp_reader_accepts_the_wire_form() -> None:
+    wire = to_call_tool_result(INVALID).model_dump(mode="json", by_alias=True, exclude_none=True)
+    assert from_call_tool_result(wire).envelope == INVALID
+    assert from_call_tool_result(json.loads(json.dumps(wire))).envelope == INVALID
 
 
 @pytest.mark.parametrize("envelope", ALL, ids=lambda e: e.code)
@@ -169,21 +269,52 @@ def test_webmcp_codes_are_the_seven() -> None:
 
 
 @pytest.mark.parametrize(
-    ("bare", "code"),
+    ("bare", "code", "cause"),
     [
-        ("cancelled", Code.OUTCOME_UNKNOWN),
-        ("interrupted", Code.OUTCOME_UNKNOWN),
-        ("timeout", Code.OUTCOME_UNKNOWN),
-        ("unavailable", Code.TEMP_UNAVAILABLE),
-        ("invalid_input", Code.INPUT_INVALID),
-        ("needs_user", Code.AUTH_REQUIRED),
-        ("failed", Code.UNKNOWN_ERROR),
+        ("cancelled", Code.OUTCOME_UNKNOWN, "cancelled"),
+        ("interrupted", Code.OUTCOME_UNKNOWN, "interrupted"),
+        ("timeout", Code.OUTCOME_UNKNOWN, "timeout"),
+        ("unavailable", Code.UNKNOWN_ERROR, "tool_unavailable"),  # no such tool: not retryable
+        ("invalid_input", Code.UNKNOWN_ERROR, "field_missing"),  # names nothing to correct
+        ("needs_user", Code.AUTH_REQUIRED, None),
+        ("failed", Code.UNKNOWN_ERROR, "bare_failure"),
     ],
 )
-def test_bare_webmcp_codes_read_cautiously(bare: str, code: Code) -> None:
-    envelope = from_webmcp({"code": bare, "message": "from a browser tool"}).envelope
-    assert envelope.code == code
-    assert envelope.message == "from a browser tool"
+def test_bare_webmcp_codes_read_cautiously(bare: str, code: Code, cause: str | None) -> None:
+    for found in (
+        from_webmcp({"code": bare, "message": "from a browser tool"}),
+        from_webmcp_text(f"Error [{bare}]: from a browser tool"),
+    ):
+        envelope = found.envelope
+        assert (envelope.code, envelope.cause) == (code, cause)
+        assert envelope.retryable is False
+        assert envelope.message == "from a browser tool"
+
+
+@pytest.mark.parametrize(
+    ("cause", "webmcp"),
+    [(Lost.TIMEOUT, "timeout"), (Lost.CANCELLED, "cancelled"), (Lost.INTERRUPTED, "interrupted"),
+     (None, "interrupted")],
+)  # fmt: skip
+def test_outcome_unknown_renders_by_how_it_was_lost(cause: Lost | None, webmcp: str) -> None:
+    envelope = CODES.envelope(Code.OUTCOME_UNKNOWN, "no answer", cause=cause)
+    assert to_webmcp(envelope)["code"] == webmcp
+    assert to_webmcp_text(envelope) == f"Error [{webmcp}]: no answer"
+    assert from_webmcp(to_webmcp(envelope)).envelope == envelope
+    assert from_webmcp_text(to_webmcp_text(envelope)).envelope.cause == (cause or "interrupted")
+
+
+@pytest.mark.parametrize("envelope", ALL, ids=lambda e: e.code)
+def test_webmcp_text_form(envelope: ErrorEnvelope) -> None:
+    text = to_webmcp_text(envelope)
+    assert text == f"Error [{WEBMCP_CODES[envelope.code].value}]: {envelope.message}"
+    read = from_webmcp_text(text).envelope
+    assert read.retryable is False  # a bare code is never retried automatically
+
+
+@pytest.mark.parametrize("text", ["it broke", "Error [exploded]: no", "Error [timeout] no"])
+def test_webmcp_text_that_is_not_the_form_fails_closed(text: str) -> None:
+    assert from_webmcp_text(text).envelope.cause == Untrusted.NOT_WEBMCP
 
 
 @pytest.mark.parametrize(

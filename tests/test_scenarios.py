@@ -50,7 +50,7 @@ async def run_pairs(cases: CaseFile, runner: Any, pairs: list[tuple[str, str]]) 
 
 
 async def test_shipment_lookup_matches_every_recorded_case() -> None:
-    cases = CaseFile.load(SHIPMENT)
+    cases = CaseFile.load(SHIPMENT, shipment_runner.declarations)
     report = await run_pairs(cases, shipment_runner, [shipment_runner.default_pair])
     [pair] = report.pairs
     assert [f.case for f in pair.failures] == []
@@ -75,7 +75,7 @@ async def test_shipment_lookup_matches_every_recorded_case() -> None:
 
 
 async def test_the_retry_waits_on_the_simulated_clock() -> None:
-    cases = CaseFile.load(SHIPMENT)
+    cases = CaseFile.load(SHIPMENT, shipment_runner.declarations)
     case = cases.case("temporary_persistent")
     backend, adapter = (shipment_runner.backends["scripted"], shipment_runner.adapters["adapter"])
     observed = await shipment_runner.run(case, backend, adapter)
@@ -84,7 +84,7 @@ async def test_the_retry_waits_on_the_simulated_clock() -> None:
 
 
 async def test_orders_compatibility_report() -> None:
-    cases = CaseFile.load(ORDERS)
+    cases = CaseFile.load(ORDERS, orders_runner.declarations)
     report = await run_pairs(cases, orders_runner, PAIRS)
     by_pair = {pair.name: pair for pair in report.pairs}
     fails = {name: sorted(f.case for f in pair.failures) for name, pair in by_pair.items()}
@@ -122,7 +122,7 @@ async def test_orders_compatibility_report() -> None:
 
 
 async def test_commit_then_timeout_is_reconciled_without_a_second_write() -> None:
-    cases = CaseFile.load(ORDERS)
+    cases = CaseFile.load(ORDERS, orders_runner.declarations)
     case = cases.case("commit_then_timeout")
     for backend in ("backend1", "backend2"):
         observed = await orders_runner.run(
@@ -143,8 +143,8 @@ def test_cli_reports_the_shipment_lookup() -> None:
     lines = result.output.splitlines()
     assert "  scripted + adapter (shipment-lookup/1): 9/9 cases match" in lines
     assert (
-        "    14 executions: 9 initial, 3 availability retries, 1 corrected-input continuation, "
-        "1 authenticated continuation" in lines
+        "    14 executions: 9 initial, 3 availability retries, 1 corrected continuations, "
+        "1 auth continuations" in lines  # the totals' names, as the file's vocabulary spells them
     )
     assert "    4 succeeded, 5 ended in their disposition" in lines
     assert "wrong results: 4/4 rejected" in lines

@@ -4,11 +4,13 @@ adapter1 knows backend1: 422 POSTCODE_INVALID is bad input, every 409 is content
 adapter2 adds an exact rule for backend2's 409 INVALID_POSTCODE ahead of the 409 branch and
 translates its field name. adapter3 narrows the branch: only 409 LOCKED is contention; any other
 409 falls through to UNKNOWN_ERROR, because an unknown conflict is not known to be transient.
+adapter3 is the HTTP preset with the order service's exact rules ahead of it: the preset leaves
+409 unmapped for that very reason, and maps 401 by its meaning.
 """
 
 from __future__ import annotations
 
-from reconciler import Code, ResponseAdapter, Rule
+from reconciler import Code, ResponseAdapter, Rule, http_adapter
 
 _POSTCODE_422 = Rule(
     Code.INPUT_INVALID, status=422, body={"code": "POSTCODE_INVALID"}, field_from="field"
@@ -32,14 +34,13 @@ adapter2 = ResponseAdapter(
     fields=_FIELDS,
 )
 
-adapter3 = ResponseAdapter(
-    name="orders",
-    version="3",
+adapter3 = http_adapter(
+    "orders",
+    "3",
     rules=(
         _POSTCODE_422,
         _POSTCODE_409,
         Rule(Code.DEPENDENCY_BUSY, status=409, body={"reason": "LOCKED"}),
-        _UNAUTHENTICATED,
     ),
     fields=_FIELDS,
 )

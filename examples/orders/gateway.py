@@ -3,8 +3,8 @@
 The client is a `fenced_client` (`client()`): each write's request passes the operation's
 send-time fence and carries its client reference as `Idempotency-Key` and its fencing token, so the
 lookups can ask the service whether an unknown outcome happened. Failures are raised as they came
-(`raise_for_status`) and classified by `ADAPTER`; timeouts and lost connections by the built-in
-exception rules (sent, then lost: OUTCOME_UNKNOWN).
+(`raise_for_status`) and classified by `ADAPTER`, the HTTP preset; timeouts and lost connections
+by the built-in exception rules (sent, then lost: OUTCOME_UNKNOWN).
 """
 
 from __future__ import annotations
@@ -15,18 +15,11 @@ import httpx
 from pydantic import BaseModel
 
 from idempotency import FencedTransport, Found, NotFound, OperationContext, Unknown
-from reconciler import Code, LookupResult, ResponseAdapter, Rule
+from reconciler import LookupResult, http_adapter
 
-ADAPTER = ResponseAdapter(
-    name="order-service",
-    version="1",
-    rules=(
-        # 422 {"code": ..., "field": ...}: refused before writing anything.
-        Rule(Code.INPUT_INVALID, status=422, field_from="field"),
-        # 503 with Retry-After: the service turned the request away before writing.
-        Rule(Code.TEMP_UNAVAILABLE, status=503),
-    ),
-)
+ADAPTER = http_adapter("order-service", "2")
+"""The HTTP preset: 422 {"code": ..., "field": ...} is INPUT_INVALID naming the field, 503 with
+Retry-After is TEMP_UNAVAILABLE, 401/403 their codes; anything it cannot vouch for fails closed."""
 
 
 class Order(BaseModel):

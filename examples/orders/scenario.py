@@ -10,6 +10,7 @@ execution attempts and status, what the call returned, and the backend's own wri
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -45,6 +46,8 @@ class OrdersRunner:
         "adapter3": adapter3,
     }
     default_pair = ("backend1", "adapter1")
+    declarations = Path(__file__).with_name("declarations.yaml")
+    """The recorded file's vocabulary and wrong-result edits, which it cannot carry itself."""
 
     async def run(
         self, case: Mapping[str, Any], backend: Callable[[], OrderService], adapter: Adapter

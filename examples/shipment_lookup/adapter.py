@@ -8,7 +8,7 @@ UNKNOWN_ERROR (no retry, raw response kept) but needs no reconciliation.
 
 from __future__ import annotations
 
-from reconciler import Code, ResponseAdapter, Rule, SideEffects
+from reconciler import Code, ResponseAdapter, Rule, SideEffects, Untrusted
 
 SHIPMENT_ADAPTER = ResponseAdapter(
     name="shipment-lookup",
@@ -18,7 +18,12 @@ SHIPMENT_ADAPTER = ResponseAdapter(
         Rule(Code.AUTH_REQUIRED, body={"code": "AUTH_REQUIRED"}),
         Rule(Code.TEMP_UNAVAILABLE, body={"code": "TEMP_UNAVAILABLE"}, retry_after_ms=1_000),
         Rule(Code.ACCESS_DENIED, body={"code": "ACCESS_DENIED"}),
-        Rule(Code.UNKNOWN_ERROR, side_effects=SideEffects.NONE, name="read-only fallback"),
+        Rule(
+            Code.UNKNOWN_ERROR,
+            side_effects=SideEffects.NONE,
+            cause=Untrusted.NO_RULE.value,
+            name="read-only fallback",
+        ),
     ),
     fields={"ref": "shipment_ref"},
 )

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -56,6 +57,8 @@ class ShipmentRunner:
     }
     adapters: Mapping[str, Adapter] = {"adapter": SHIPMENT_ADAPTER}
     default_pair = ("scripted", "adapter")
+    declarations = Path(__file__).with_name("declarations.yaml")
+    """The recorded file's vocabulary and wrong-result edits, which it cannot carry itself."""
 
     async def run(
         self,

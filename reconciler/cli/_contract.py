@@ -1,13 +1,16 @@
-"""`writesafe contract check` (the release check of backend/adapter pairs) and `contract schema`.
+"""`writesafe contract check` (the release check of backend/adapter pairs), `contract schema` and
+`contract vectors`.
 
-    writesafe contract check CASES RUNNER [--pair BACKEND,ADAPTER]... [--json]
+    writesafe contract check CASES RUNNER [--pair BACKEND,ADAPTER]... [--declare FILE] [--json]
 
 CASES is a recorded cases file (YAML). RUNNER is `module:attribute` of a scenario runner: an
 object with `backends` and `adapters` (name -> object), a `default_pair`, and
 `async run(case, backend, adapter)` returning the observed results of one case (None where the
 backend cannot express it). Each side of a pair is a name the runner knows or an importable
 `module:attribute`, so a new adapter can be checked before it is added to the runner. Without
-`--pair`: the pairs the cases file records, else the runner's default pair.
+`--pair`: the pairs the cases file records, else the runner's default pair. `--declare` names
+the YAML declaring the file's vocabulary and wrong-result edits (default: the runner's
+`declarations`), for a recorded file that cannot carry them itself.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ import yaml
 
 from reconciler._evaluator import CaseFile, Observed, PairRun, ScenarioRunner, evaluate
 from reconciler._schema import envelope_json_schema
+from reconciler._vectors import vectors as conformance_vectors
 from reconciler.cli._contract_report import report_json, report_lines
 from reconciler.cli._exit import ExitCode
 from reconciler.cli._loading import fail, import_object
@@ -49,6 +53,17 @@ RunnerArgument = Annotated[
         help="Scenario runner as module:attribute (e.g. examples.orders.scenario:runner)."
     ),
 ]
+DeclareOption = Annotated[
+    Path | None,
+    typer.Option(
+        "--declare",
+        help="YAML declaring the cases file's vocabulary and wrong-result edits (default: the "
+        "runner's `declarations`, if it names one).",
+        exists=True,
+        dir_okay=False,
+        readable=True,
+    ),
+]
 PairOption = Annotated[
     list[str] | None,
     typer.Option(
@@ -63,15 +78,17 @@ def check(
     cases_path: CasesArgument,
     runner_path: RunnerArgument,
     pair: PairOption = None,
+    declare: DeclareOption = None,
     as_json: JsonOption = False,
 ) -> None:
     """Run recorded cases against backend/adapter pairs and report what matches (exit 1: any
     mismatch, or a listed wrong result the evaluator failed to reject)."""
+    runner = _runner(runner_path)
+    declarations = declare or getattr(runner, "declarations", None)
     try:
-        cases = CaseFile.load(cases_path)
+        cases = CaseFile.load(cases_path, declarations)
     except (OSError, ValueError, KeyError, TypeError, yaml.YAMLError) as error:
         raise fail(f"cannot read {cases_path}: {error}", ExitCode.USAGE) from error
-    runner = _runner(runner_path)
     names = [_split(p) for p in pair] if pair else _recorded_pairs(cases, runner)
     resolved = [(b, a, _pick(runner.backends, b), _pick(runner.adapters, a)) for b, a in names]
     runs = asyncio.run(_run_all(cases, runner, resolved))
@@ -89,6 +106,12 @@ def check(
 def schema() -> None:
     """Print the envelope's JSON Schema (docs/schema/writesafe.error.1.json)."""
     typer.echo(json.dumps(envelope_json_schema(), indent=2))
+
+
+@contract_app.command("vectors")
+def vectors() -> None:
+    """Print the conformance vectors (docs/schema/writesafe.error.1.vectors.json)."""
+    typer.echo(json.dumps(conformance_vectors(), indent=2, ensure_ascii=False))
 
 
 def _runner(path: str) -> ScenarioRunner:

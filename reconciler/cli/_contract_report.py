@@ -6,14 +6,7 @@ import json
 from dataclasses import asdict
 from typing import Any
 
-from reconciler._evaluator import SUCCESS, CaseFile, PairReport, Report
-
-_TOTAL_LABELS = (
-    ("initial", "initial"),
-    ("availability_retries", "availability retries"),
-    ("corrected_continuations", "corrected-input continuation"),
-    ("auth_continuations", "authenticated continuation"),
-)
+from reconciler._evaluator import CaseFile, PairReport, Report
 
 
 def report_lines(cases: CaseFile, report: Report) -> list[str]:
@@ -48,7 +41,7 @@ def _pair_lines(cases: CaseFile, pair: PairReport) -> list[str]:
         head += f"; recorded {recorded.cases} cases, failing {fails}: {verdict}"
     lines = [head]
     if cases.totals:
-        lines.extend(_totals_lines(pair))
+        lines.extend(_totals_lines(cases, pair))
     for failure in pair.failures:
         lines.append(f"    FAIL {failure.case}")
         lines.append(f"      expected  {_results(failure.expected)}")
@@ -57,15 +50,17 @@ def _pair_lines(cases: CaseFile, pair: PairReport) -> list[str]:
     return lines
 
 
-def _totals_lines(pair: PairReport) -> list[str]:
+def _totals_lines(cases: CaseFile, pair: PairReport) -> list[str]:
+    """The counts in the file's own words (its vocabulary names what follows an execution)."""
     observed = pair.counts
     executions = observed.get("executions", 0)
-    parts = [f"{observed[key]} {label}" for key, label in _TOTAL_LABELS if key in observed]
+    counted = ("initial", *dict.fromkeys(cases.vocabulary.counts_after.values()))
+    parts = [f"{observed[key]} {key.replace('_', ' ')}" for key in counted]
     ended = sum(
         1
         for case, seen in pair.observed.items()
         if seen is not None
-        and seen.get("disposition") not in (None, SUCCESS)
+        and seen.get("disposition") not in (None, cases.vocabulary.success)
         and not any(f.case == case and _mismatched(f, "disposition") for f in pair.failures)
     )
     lines = [

@@ -1,7 +1,10 @@
-"""`writesafe db upgrade|current|downgrade`: the ledger's schema, by its migrations."""
+"""`writesafe db upgrade|current|downgrade` manage the migrations; `writesafe db prune` applies
+retention."""
 
 from __future__ import annotations
 
+import json
+from datetime import timedelta
 from typing import Annotated
 
 import typer
@@ -9,13 +12,20 @@ from rich.console import Console
 from sqlalchemy.schema import CreateSchema
 
 from idempotency import WriteSafe
-from ledger import current_revision, downgrade, head_revision
+from ledger import (
+    DEFAULT_BATCH_SIZE,
+    PruneReport,
+    current_revision,
+    downgrade,
+    head_revision,
+    prune,
+)
 from reconciler.cli._exit import ExitCode
 from reconciler.cli._loading import app_or_settings
-from reconciler.cli._options import AppOption, DatabaseUrlOption, SchemaOption
+from reconciler.cli._options import AppOption, DatabaseUrlOption, JsonOption, SchemaOption
 from reconciler.cli._runner import run
 
-db_app = typer.Typer(help="Manage the ledger's database schema.", no_args_is_help=True)
+db_app = typer.Typer(help="Manage the ledger's schema and retention.", no_args_is_help=True)
 RevisionArgument = Annotated[
     str, typer.Argument(help="The revision to go back to (e.g. 0001), or `base` for none.")
 ]
@@ -72,3 +82,58 @@ def downgrade_command(
         app_or_settings(app, database_url, schema), lambda ws: current_revision(ws.ledger.engine)
     )
     Console().print(f"ledger schema at {now or 'nothing'}")
+
+
+OlderThanOption = Annotated[
+    float | None,
+    typer.Option(
+        "--older-than",
+        min=0.001,
+        help="Prune final operations last changed at least S seconds ago "
+        "(default: the retention setting, WRITESAFE_RETENTION, 24 h).",
+    ),
+]
+BatchOption = Annotated[
+    int, typer.Option("--batch-size", min=1, help="Operations deleted per transaction.")
+]
+
+
+@db_app.command("prune")
+def prune_command(
+    app: AppOption = None,
+    database_url: DatabaseUrlOption = None,
+    schema: SchemaOption = None,
+    older_than: OlderThanOption = None,
+    batch_size: BatchOption = DEFAULT_BATCH_SIZE,
+    as_json: JsonOption = False,
+) -> None:
+    """Delete succeeded and failed operations past the retention period, with their attempts, in
+    short batches; never in_flight, outcome_unknown or needs_attention ones. A pruned key is new."""
+    ws = app_or_settings(app, database_url, schema)
+    retention = timedelta(seconds=ws.settings.retention if older_than is None else older_than)
+
+    async def pruned(ws: WriteSafe) -> PruneReport:
+        await ws.ledger.check_schema()
+        return await prune(ws.ledger, retention, batch_size=batch_size)
+
+    report = run(ws, pruned)
+    if as_json:
+        Console().print_json(json.dumps(prune_summary(report)))
+    else:
+        Console().print(
+            f"pruned {report.operations} operations and {report.attempts} attempts "
+            f"last changed before {report.cutoff:%Y-%m-%d %H:%M:%S} UTC "
+            f"({report.batches} batches, {report.seconds:.2f}s)",
+            highlight=False,
+        )
+
+
+def prune_summary(report: PruneReport) -> dict[str, object]:
+    """The report as JSON-ready values (also what `reconcile --watch --json` prints)."""
+    return {
+        "pruned_operations": report.operations,
+        "pruned_attempts": report.attempts,
+        "batches": report.batches,
+        "seconds": round(report.seconds, 3),
+        "cutoff": None if report.cutoff is None else report.cutoff.isoformat(),
+    }

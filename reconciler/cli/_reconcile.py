@@ -1,16 +1,20 @@
 """`writesafe reconcile APP`: establish the truth of unknown outcomes with each tool's lookup.
 
 One pass by default (`--once`), or a worker that keeps going (`--watch`) until SIGINT/SIGTERM, at
-which it finishes the batch in hand and exits. Run as many as you like against PostgreSQL.
+which it finishes the batch in hand and exits; the worker also prunes final operations past the
+retention period on a schedule (`--prune-every`). Run as many as you like against PostgreSQL.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import signal
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import timedelta
 from typing import Annotated
 
 import typer
@@ -19,6 +23,8 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from idempotency import ReconcileReport, WriteSafe, WriteSafeError
+from ledger import prune
+from reconciler.cli._db import prune_summary
 from reconciler.cli._exit import ExitCode
 from reconciler.cli._loading import fail, load_app
 from reconciler.cli._options import AppArgument, JsonOption
@@ -39,6 +45,15 @@ OlderThanOption = Annotated[
     float,
     typer.Option("--older-than", min=0, help="Only operations sent at least S seconds ago."),
 ]
+PruneEveryOption = Annotated[
+    float,
+    typer.Option(
+        "--prune-every",
+        min=0,
+        help="With --watch: prune final operations past the retention period every S seconds "
+        "(0: never; see `writesafe db prune`).",
+    ),
+]
 IntervalOption = Annotated[
     float,
     typer.Option("--interval", min=0.01, help="With --watch: seconds to wait when nothing is due."),
@@ -57,6 +72,7 @@ def reconcile(
     limit: LimitOption = None,
     older_than: OlderThanOption = 0.0,
     interval: IntervalOption = 1.0,
+    prune_every: PruneEveryOption = 300.0,
     as_json: JsonOption = False,
 ) -> None:
     """Resolve unknown outcomes and crashed executions by asking each tool's lookup; never runs a
@@ -65,7 +81,9 @@ def reconcile(
     if tool is not None and tool not in ws.tools:
         known = ", ".join(sorted(ws.tools)) or "none"
         raise fail(f"{app} has no tool named {tool!r} (registered: {known})", ExitCode.USAGE)
-    options = _Pass(ws, tool=tool, limit=limit, older_than=older_than, as_json=as_json)
+    options = _Pass(
+        ws, tool=tool, limit=limit, older_than=older_than, as_json=as_json, prune_every=prune_every
+    )
 
     async def reconcile_pass(ws: WriteSafe) -> ReconcileReport:
         stop = asyncio.Event()
@@ -95,6 +113,7 @@ class _Pass:
     limit: int | None
     older_than: float
     as_json: bool
+    prune_every: float
 
     async def once(self, stop: asyncio.Event) -> ReconcileReport:
         if self.as_json:
@@ -116,8 +135,14 @@ class _Pass:
             progress = None if self.as_json else stack.enter_context(_progress())
             task = None if progress is None else progress.add_task("watching", total=None)
             pause = interval
+            pruned_at: float | None = None  # the first pass prunes
             while not stop.is_set():
                 try:
+                    if self.prune_every and (
+                        pruned_at is None or time.monotonic() - pruned_at >= self.prune_every
+                    ):
+                        await self._prune(stop)
+                        pruned_at = time.monotonic()
                     done = await self._pass(stop)
                 except _OUTAGE as error:
                     # A worker outlives a ledger outage: what it had claimed is re-offered when
@@ -137,6 +162,14 @@ class _Pass:
                     with contextlib.suppress(TimeoutError):
                         await asyncio.wait_for(stop.wait(), interval)
         return total
+
+    async def _prune(self, stop: asyncio.Event) -> None:
+        retention = timedelta(seconds=self.ws.settings.retention)
+        pruned = await prune(self.ws.ledger, retention, stop=stop)
+        if self.as_json:
+            print(json.dumps(prune_summary(pruned)), flush=True)
+        elif pruned.operations:
+            err.print(f"pruned {pruned.operations} operations, {pruned.attempts} attempts")
 
     async def _pass(
         self, stop: asyncio.Event, on_progress: Callable[[ReconcileReport], None] | None = None

@@ -55,7 +55,10 @@ _HEADERS: dict[int, dict[str, Any]] = {
 _DESCRIPTIONS = {
     401: "No API key, or one that is unknown or revoked (AUTH_REQUIRED).",
     403: "The API key's role does not allow this (ACCESS_DENIED).",
-    404: "No operation under that key in the API key's scope.",
+    404: (
+        "No operation under that key in the API key's scope: never used, or pruned after the "
+        "retention period (a new call with the key is then a new operation)."
+    ),
     409: "The operation is not in a state this action applies to.",
     413: "The request body is larger than the service accepts.",
     422: "The request is malformed or does not match the schema (INPUT_INVALID).",

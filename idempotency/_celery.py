@@ -1,0 +1,89 @@
+"""Celery: a task whose side effect runs at most once per key — the task id by default.
+
+A broker delivers a task at least once: with `acks_late`, a worker that dies mid-task leaves its
+message unacknowledged and the broker hands it to another worker (Redis and SQS after the
+visibility timeout, RabbitMQ when the connection drops). The task body runs as a sync tool keyed
+by the task id, which a redelivery keeps, so the second worker finds the first one's operation:
+finished → its result, without running the body again; the first worker died mid-effect → its
+lease runs out, the outcome is unknown, and the tool's lookup settles it before anything runs
+again. A duplicate that arrives while the key is still leased, or whose lookup cannot tell yet,
+is retried later by Celery (`Task.retry`), with the same task id and so the same key.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+from celery import current_task
+
+from idempotency._errors import WriteSafeError, invalid_input
+from idempotency._writesafe import WriteSafe
+from reconciler import Code, LookupOperation, LookupResult
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+# Envelopes that ask to come back later with the same key: another worker holds it, or the
+# outcome is not settled yet. Any other failure fails the task.
+_LATER = frozenset({Code.IN_PROGRESS, Code.OUTCOME_UNKNOWN})
+
+
+def idempotent_task(
+    ws: WriteSafe,
+    name: str | None = None,
+    *,
+    key: Callable[..., str] | None = None,
+    lookup: Callable[[LookupOperation], LookupResult] | None = None,
+    settle_after: float = 5.0,
+    **options: Any,
+) -> Callable[[F], F]:
+    """Guard a Celery task's body: put it under `@app.task(acks_late=True, ...)`.
+
+    The key is the task id, or `key(*args, **kwargs)` of the task's arguments (e.g. an order id,
+    so that two tasks sent for one order are one operation). `name` (default: the function's
+    module and name) is the tool name in the ledger; `lookup`, `settle_after` and the other
+    `options` are those of `ws.tool`. The body is fingerprinted by its arguments, so the task must
+    not be `bind=True`: read the request from `celery.current_task` instead. IN_PROGRESS and
+    OUTCOME_UNKNOWN retry the task (within its `max_retries`); other failures raise
+    `WriteSafeError`.
+    """
+
+    def decorate(function: F) -> F:
+        parameters = list(inspect.signature(function).parameters)
+        if parameters[:1] == ["self"]:
+            raise TypeError(
+                f"{function.__name__}: idempotent_task fingerprints the task's arguments; "
+                "drop bind=True and use celery.current_task"
+            )
+        tool = ws.tool(
+            name or f"{function.__module__}.{function.__qualname__}",
+            lookup=lookup,
+            settle_after=settle_after,
+            **options,
+        )(function)
+
+        @functools.wraps(function)
+        def run(*args: Any, **kwargs: Any) -> Any:
+            task = current_task if current_task else None  # a proxy, false outside a task
+            task_id = None if task is None else task.request.id
+            chosen = key(*args, **kwargs) if key is not None else task_id
+            if chosen is None:
+                raise invalid_input("idempotency_key", "called outside a worker: give key=")
+            try:
+                return tool(*args, idempotency_key=chosen, **kwargs)
+            except WriteSafeError as error:
+                envelope = error.envelope
+                if task is None or task_id is None or envelope.code not in _LATER:
+                    raise
+                later = (
+                    settle_after
+                    if envelope.retry_after_ms is None
+                    else envelope.retry_after_ms / 1000
+                )
+                raise task.retry(exc=error, countdown=later) from error
+
+        return run  # type: ignore[return-value]
+
+    return decorate

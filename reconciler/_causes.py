@@ -1,0 +1,58 @@
+"""The typed causes an envelope carries in its `cause` member, so that software can tell why
+without reading the message.
+
+UNKNOWN_ERROR says why nothing more specific could be trusted (`Untrusted`); OUTCOME_UNKNOWN says
+how the answer was lost (`Lost`, the distinction the WebMCP codes draw); RETRY_EXHAUSTED names
+the code whose retries used up the budget; `ledger` names writesafe's own store as the
+dependency at fault.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+
+class Untrusted(StrEnum):
+    """The exact reason an answer became UNKNOWN_ERROR instead of what it claimed to be."""
+
+    # The answer is not an envelope at all.
+    NOT_JSON = "not_json"
+    TOO_LARGE = "too_large"
+    NOT_AN_OBJECT = "not_an_object"
+    INVALID_ENVELOPE = "invalid_envelope"
+    # It is one, but its meaning contradicts the contract.
+    UNREGISTERED_CODE = "unregistered_code"
+    VERDICT_CONTRADICTED = "verdict_contradicted"
+    FIELD_MISSING = "field_missing"
+    FIELD_UNEXPECTED = "field_unexpected"
+    DELAY_OUT_OF_RANGE = "delay_out_of_range"
+    UNPROVEN_NO_EFFECT = "unproven_no_effect"
+    # The rendering around it cannot be trusted.
+    NOT_AN_ERROR = "not_an_error"
+    NOT_COMPLETE = "not_complete"
+    EMPTY_CONTENT = "empty_content"
+    NO_ENVELOPE = "no_envelope"
+    COPIES_DISAGREE = "copies_disagree"
+    NOT_WEBMCP = "not_webmcp"
+    # Nothing that produces envelopes recognised the failure.
+    NO_RULE = "no_rule"
+    REFUSED_REQUEST = "refused_request"  # a client error that names nothing to correct
+    ADAPTER_FAILED = "adapter_failed"
+    UNCLASSIFIED_EXCEPTION = "unclassified_exception"
+    NO_STORED_FAILURE = "no_stored_failure"
+    # A bare WebMCP code said no more than this.
+    TOOL_UNAVAILABLE = "tool_unavailable"
+    BARE_FAILURE = "bare_failure"
+
+
+LEDGER = "ledger"
+"""The cause of a failure of writesafe's own ledger (not of the tool's dependency): retry later,
+or, where an execution may have run, reconcile."""
+
+
+class Lost(StrEnum):
+    """How the answer of a call that may have had an effect was lost."""
+
+    TIMEOUT = "timeout"  # no answer in time: it may or may not have worked
+    INTERRUPTED = "interrupted"  # the connection broke after the request was sent
+    CANCELLED = "cancelled"  # the call was cancelled while it ran

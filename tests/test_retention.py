@@ -1,0 +1,247 @@
+"""Retention: pruning deletes only final operations past the period, never an open one, and loses
+nothing a concurrent guarded call wrote; a pruned key is a new operation."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import json
+import os
+import select as io_select
+import signal
+import subprocess
+import sys
+from datetime import datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+from sqlalchemy import func, select, update
+from typer.testing import CliRunner
+
+from idempotency import WriteSafe
+from ledger import Intent, Outcome, Status, prune
+from ledger._writer import attempts, operations
+from reconciler.cli import app
+from tests.conftest import MakeWriteSafe, run_sync
+
+ROOT = Path(__file__).resolve().parent.parent
+WRITESAFE = Path(sys.executable).with_name("writesafe")
+
+on_both_ledgers = pytest.mark.parametrize("backend", ["sqlite", "postgres"])
+
+RETENTION = timedelta(hours=24)
+LONG_AGO = timedelta(hours=25)
+_owners = itertools.count()
+
+
+def _intent(key: str) -> Intent:
+    return Intent(
+        scope="default",
+        key=key,
+        tool="submit",
+        fingerprint="f" * 64,
+        arguments="{}",
+        owner=f"owner-{next(_owners)}",
+        lease_seconds=15.0,
+        max_executions=3,
+    )
+
+
+async def _operation(ws: WriteSafe, key: str, status: Status) -> None:
+    """An operation in `status`, made through the ledger as the guard and reconciler make it."""
+    intent = _intent(key)
+    row = (await ws.ledger.claim(intent)).operation
+    if status is Status.IN_FLIGHT:
+        return
+    ends = Status.OUTCOME_UNKNOWN if status is Status.NEEDS_ATTENTION else status
+    finished = await ws.ledger.finish(row, intent.owner, Outcome(ends, result='{"ok":1}'))
+    assert finished is not None
+    if status is Status.NEEDS_ATTENTION:
+        assert await ws.ledger.transition(finished, Status.NEEDS_ATTENTION) is not None
+
+
+async def _age(ws: WriteSafe, keys: list[str], by: timedelta) -> None:
+    """Move the rows of `keys` `by` into the past, as if created and last changed then."""
+    async with ws.ledger.engine.begin() as conn:
+        now: datetime = (await conn.execute(select(operations.c.updated_at).limit(1))).scalar_one()
+        await conn.execute(
+            update(operations)
+            .where(operations.c.key.in_(keys))
+            .values(created_at=now - by, updated_at=now - by)
+        )
+
+
+async def _keys(ws: WriteSafe) -> set[str]:
+    async with ws.ledger.engine.connect() as conn:
+        return set((await conn.execute(select(operations.c.key))).scalars())
+
+
+async def _attempt_count(ws: WriteSafe) -> int:
+    async with ws.ledger.engine.connect() as conn:
+        return int((await conn.execute(select(func.count()).select_from(attempts))).scalar_one())
+
+
+@on_both_ledgers
+async def test_prune_removes_only_final_operations_past_the_retention(
+    make_ws: MakeWriteSafe,
+) -> None:
+    ws = make_ws()
+    await ws.start()
+    for status in Status:
+        await _operation(ws, f"old-{status.value}", status)
+        await _operation(ws, f"new-{status.value}", status)
+    await _age(ws, [f"old-{status.value}" for status in Status], LONG_AGO)
+    attempts_before = await _attempt_count(ws)
+
+    report = await prune(ws.ledger, RETENTION, batch_size=2)
+
+    gone = {"old-succeeded", "old-failed"}
+    assert await _keys(ws) == {f"{age}-{s.value}" for age in ("old", "new") for s in Status} - gone
+    assert (report.operations, report.attempts) == (2, 2)  # one execution attempt each
+    assert await _attempt_count(ws) == attempts_before - 2
+    again = await prune(ws.ledger, RETENTION)
+    assert (again.operations, again.attempts) == (0, 0)
+
+
+@on_both_ledgers
+async def test_a_pruned_key_is_a_new_operation(make_ws: MakeWriteSafe) -> None:
+    ws, runs = make_ws(), []
+
+    @ws.tool("submit")
+    async def submit(n: int) -> int:
+        runs.append(n)
+        return n
+
+    assert await submit(1, idempotency_key="k") == 1
+    assert await submit(1, idempotency_key="k") == 1  # a replay
+    await _age(ws, ["k"], LONG_AGO)
+    assert (await prune(ws.ledger, RETENTION)).operations == 1
+
+    assert await submit(2, idempotency_key="k") == 2  # not KEY_REUSED: the key is free again
+    assert runs == [1, 2]
+    status = await ws.status("k")
+    assert status is not None
+    assert status.executions == 1
+
+
+@on_both_ledgers
+async def test_pruning_under_concurrent_guarded_calls_loses_nothing(
+    make_ws: MakeWriteSafe,
+) -> None:
+    ws, runs = make_ws(), []
+
+    @ws.tool("submit")
+    async def submit(key: str) -> str:
+        runs.append(key)
+        await asyncio.sleep(0)
+        return key
+
+    old = [f"old-{n}" for n in range(120)]
+    for key in old:
+        await submit(key, idempotency_key=key)
+    recent = [f"recent-{n}" for n in range(20)]
+    for key in recent:
+        await submit(key, idempotency_key=key)
+    await _age(ws, old, LONG_AGO)
+    runs.clear()
+
+    async def callers() -> list[str]:
+        # New keys (claims and outcomes racing the pruner's batches) and replays of recent ones.
+        fresh = [f"fresh-{n}" for n in range(60)]
+        calls = [submit(key, idempotency_key=key) for key in fresh]
+        calls += [submit(key, idempotency_key=key) for key in recent]
+        return list(await asyncio.gather(*calls))
+
+    answers, report = await asyncio.gather(callers(), prune(ws.ledger, RETENTION, batch_size=7))
+
+    fresh = [f"fresh-{n}" for n in range(60)]
+    assert answers == fresh + recent
+    assert sorted(runs) == sorted(fresh)  # the recent keys replayed, none executed twice
+    assert report.operations == len(old)
+    assert await _keys(ws) == set(fresh) | set(recent)
+    async with ws.ledger.engine.connect() as conn:
+        left = await conn.execute(
+            select(operations.c.status, func.count()).group_by(operations.c.status)
+        )
+        assert dict(left.all()) == {"succeeded": len(fresh) + len(recent)}
+    assert await _attempt_count(ws) == len(fresh) + len(recent)
+
+
+@on_both_ledgers
+async def test_the_cli_prunes_and_reports(
+    make_ws: MakeWriteSafe, store_options: dict[str, Any]
+) -> None:
+    ws = make_ws()
+    await ws.start()
+    await _operation(ws, "old", Status.SUCCEEDED)
+    await _operation(ws, "new", Status.SUCCEEDED)
+    await _age(ws, ["old"], timedelta(seconds=120))
+    await ws.close()
+    arguments = ["db", "prune", "--database-url", store_options["database_url"]]
+    if "schema" in store_options:
+        arguments += ["--schema", store_options["schema"]]
+
+    result = await asyncio.to_thread(
+        CliRunner().invoke, app, [*arguments, "--older-than", "60", "--json"]
+    )
+
+    assert result.exit_code == 0, result.output
+    assert '"pruned_operations": 1' in result.output
+    assert '"pruned_attempts": 1' in result.output
+    assert await _keys(make_ws()) == {"new"}
+
+
+async def test_the_cli_refuses_an_unmigrated_ledger_in_one_line(tmp_path: Path) -> None:
+    url = f"sqlite+aiosqlite:///{tmp_path / 'empty.db'}"
+    result = await asyncio.to_thread(
+        CliRunner().invoke, app, ["db", "prune", "--database-url", url]
+    )
+    assert result.exit_code == 1
+    assert "writesafe db upgrade" in result.output
+    assert "Traceback" not in result.output
+
+
+@pytest.mark.slow
+def test_the_watching_reconciler_prunes_on_its_schedule(tmp_path: Path) -> None:
+    url = f"sqlite+aiosqlite:///{tmp_path / 'ledger.db'}"
+
+    async def prepare() -> None:
+        async with WriteSafe(url) as ws:
+            await ws.start()
+            await _operation(ws, "old", Status.SUCCEEDED)
+            await _operation(ws, "new", Status.SUCCEEDED)
+            await _age(ws, ["old"], timedelta(seconds=120))
+
+    async def left() -> set[str]:
+        async with WriteSafe(url) as ws:
+            return await _keys(ws)
+
+    run_sync(prepare())
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("WRITESAFE_", "SHOP_"))}
+    env |= {
+        "PYTHONPATH": str(ROOT),
+        "WRITESAFE_DATABASE_URL": url,
+        "WRITESAFE_RETENTION": "60",
+        "SHOP_DATABASE_URL": f"sqlite+aiosqlite:///{tmp_path / 'shop.db'}",
+    }
+    command = [str(WRITESAFE), "reconcile", "tests.apps.shop_app:ws", "--watch", "--json"]
+    worker = subprocess.Popen(
+        [*command, "--interval", "0.1", "--prune-every", "0.2"],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert worker.stdout is not None
+        ready, _, _ = io_select.select([worker.stdout], [], [], 60)
+        assert ready, "the worker printed nothing"
+        report = json.loads(worker.stdout.readline())
+    finally:
+        worker.send_signal(signal.SIGTERM)
+        _, stderr = worker.communicate(timeout=60)
+    assert worker.returncode == 0, stderr
+    assert (report["pruned_operations"], report["pruned_attempts"]) == (1, 1)
+    assert run_sync(left()) == {"new"}

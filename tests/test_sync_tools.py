@@ -1,0 +1,424 @@
+"""Sync tools (`@ws.tool` on a plain `def`) and `ws.sync`, on all three backends."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from idempotency import (
+    Found,
+    LookupOperation,
+    NotFound,
+    ResolutionRefused,
+    Status,
+    SyncTool,
+    ToolError,
+    WriteSafeError,
+)
+from tests.conftest import MakeWriteSafe
+
+ROOT = Path(__file__).resolve().parent.parent
+
+pytestmark = pytest.mark.parametrize(
+    "backend",
+    [
+        "sqlite",
+        pytest.param("postgres", marks=pytest.mark.postgres),
+        pytest.param("postgres+redis", marks=[pytest.mark.postgres, pytest.mark.redis]),
+    ],
+)
+
+
+def race(threads: int, call: Callable[[], Any]) -> list[Any]:
+    """`call` from `threads` threads released at once; each one's result or `WriteSafeError`."""
+    start = threading.Barrier(threads)
+    answers: list[Any] = [None] * threads
+
+    def run(index: int) -> None:
+        start.wait()
+        try:
+            answers[index] = call()
+        except WriteSafeError as error:
+            answers[index] = error
+
+    workers = [threading.Thread(target=run, args=(index,)) for index in range(threads)]
+    for worker in workers:
+        worker.start()
+    for worker in workers:
+        worker.join()
+    return answers
+
+
+async def test_eight_threads_racing_one_key_cause_one_effect(make_ws: MakeWriteSafe) -> None:
+    ws = make_ws()
+    effects: list[str] = []
+
+    @ws.tool("submit_order")
+    def submit_order(order: dict[str, Any]) -> dict[str, Any]:
+        effects.append(threading.current_thread().name)
+        time.sleep(0.2)  # every duplicate arrives while the write runs
+        return {"order_id": "o-1", **order}
+
+    answers = await asyncio.to_thread(
+        race, 8, lambda: submit_order({"sku": "A1"}, idempotency_key="ord-1")
+    )
+
+    assert answers == [{"order_id": "o-1", "sku": "A1"}] * 8
+    assert len(effects) == 1
+    status = await ws.status("ord-1")
+    assert status is not None
+    assert (status.status, status.executions) == (Status.SUCCEEDED, 1)
+
+
+def race_processes(work: Path, options: dict[str, Any], count: int) -> list[dict[str, Any]]:
+    """`count` worker processes released at once on one key; each one's answer."""
+    config = {"work": str(work), "writesafe": options, "key": "race", "hold_seconds": 0.5}
+    workers = [
+        subprocess.Popen(
+            [sys.executable, "-m", "tests.sync_race_worker", json.dumps(config)],
+            cwd=ROOT,
+            stdout=subprocess.PIPE,
+            text=True,
+            env={**os.environ, "PYTHONPATH": str(ROOT)},
+        )
+        for _ in range(count)
+    ]
+    while len(list(work.glob("ready-*"))) < count:  # every worker imported and connected
+        assert all(worker.poll() is None for worker in workers)
+        time.sleep(0.05)
+    (work / "go").touch()
+    outputs = [worker.communicate(timeout=60)[0] for worker in workers]
+    assert all(worker.returncode == 0 for worker in workers), outputs
+    return [json.loads(output.strip().splitlines()[-1]) for output in outputs]
+
+
+@pytest.mark.slow
+async def test_eight_processes_racing_one_key_cause_one_effect(
+    tmp_path: Path, store_options: dict[str, Any], make_ws: MakeWriteSafe
+) -> None:
+    await make_ws(auto_migrate=True).start()
+
+    answers = await asyncio.to_thread(race_processes, tmp_path, store_options, 8)
+
+    assert (tmp_path / "effects").read_text().count("\n") == 1
+    assert len({json.dumps(answer, sort_keys=True) for answer in answers}) == 1, answers
+    assert "result" in answers[0]
+
+
+async def test_a_sync_write_timing_out_after_its_effect_is_looked_up_before_any_replay(
+    make_ws: MakeWriteSafe,
+) -> None:
+    ws = make_ws()
+    effects: list[dict[str, Any]] = []
+    looked_up: list[int] = []
+
+    def find_order(operation: LookupOperation) -> Found | NotFound:
+        looked_up.append(len(effects))
+        return Found(effects[0]) if effects else NotFound()
+
+    @ws.tool("slow_order", timeout=0.2, lookup=find_order)
+    def slow_order(order: dict[str, Any]) -> dict[str, Any]:
+        effects.append({"order_id": "o-1", **order})  # the shop commits...
+        time.sleep(0.6)  # ...and the answer comes too late
+        return effects[-1]
+
+    with pytest.raises(WriteSafeError) as first:
+        await asyncio.to_thread(slow_order, {"sku": "B"}, idempotency_key="ord-8")
+    envelope = first.value.envelope
+    assert (envelope.code, envelope.side_effects, envelope.next_action) == (
+        "OUTCOME_UNKNOWN",
+        "unknown",
+        "reconcile",
+    )
+    unknown = await asyncio.to_thread(ws.sync.status, "ord-8")
+    assert unknown is not None
+    assert unknown.status is Status.OUTCOME_UNKNOWN
+    assert looked_up == []
+
+    again = await asyncio.to_thread(slow_order.invoke, ({"sku": "B"},), {}, key="ord-8")
+
+    assert (again.value, again.replayed) == ({"order_id": "o-1", "sku": "B"}, True)
+    assert looked_up == [1]  # the lookup ran, and found the one effect, before answering
+    assert len(effects) == 1
+    settled = await ws.status("ord-8")
+    assert settled is not None
+    assert (settled.status, settled.executions) == (Status.SUCCEEDED, 1)
+
+
+class Failures:
+    """The same failures written once as `async def` and once as plain `def`."""
+
+    @staticmethod
+    async def invalid_async(postcode: str) -> str:
+        raise ToolError("INPUT_INVALID", "postcode is not served", field="postcode")
+
+    @staticmethod
+    def invalid_sync(postcode: str) -> str:
+        raise ToolError("INPUT_INVALID", "postcode is not served", field="postcode")
+
+    @staticmethod
+    async def busy_async(postcode: str) -> str:
+        raise ToolError("DEPENDENCY_BUSY", "try later", retry_after_ms=10)
+
+    @staticmethod
+    def busy_sync(postcode: str) -> str:
+        raise ToolError("DEPENDENCY_BUSY", "try later", retry_after_ms=10)
+
+    @staticmethod
+    async def broken_async(postcode: str) -> str:
+        raise KeyError("surprise")
+
+    @staticmethod
+    def broken_sync(postcode: str) -> str:
+        raise KeyError("surprise")
+
+    @staticmethod
+    async def slow_async(postcode: str) -> str:
+        await asyncio.sleep(0.5)
+        return postcode
+
+    @staticmethod
+    def slow_sync(postcode: str) -> str:
+        time.sleep(0.5)
+        return postcode
+
+    @staticmethod
+    async def fine_async(postcode: str) -> str:
+        return postcode
+
+    @staticmethod
+    def fine_sync(postcode: str) -> str:
+        return postcode
+
+
+async def test_sync_and_async_paths_give_identical_envelopes(make_ws: MakeWriteSafe) -> None:
+    async_ws, sync_ws = make_ws(), make_ws()  # two workers on the same stores
+
+    def tools(name: str) -> tuple[Any, SyncTool[Any]]:
+        options: dict[str, Any] = {"timeout": 0.2, "max_executions": 2}
+        return (
+            async_ws.tool(name, **options)(getattr(Failures, f"{name}_async")),
+            sync_ws.tool(name, **options)(getattr(Failures, f"{name}_sync")),
+        )
+
+    async def envelopes(name: str, *calls: tuple[str, str | None]) -> None:
+        async_tool, sync_tool = tools(name)
+        for postcode, key in calls:
+            # The same key in two scopes: the envelopes (which name no scope) must be equal.
+            with pytest.raises(WriteSafeError) as from_async:
+                await async_tool(postcode, idempotency_key=key, scope="async")
+            with pytest.raises(WriteSafeError) as from_sync:
+                await asyncio.to_thread(sync_tool, postcode, idempotency_key=key, scope="sync")
+            expected = from_async.value.envelope.model_dump(mode="json")
+            assert from_sync.value.envelope.model_dump(mode="json") == expected, name
+
+    await envelopes("invalid", ("000000", "k1"), ("000000", "k1"))  # failure, stored failure
+    await envelopes("busy", ("560001", "k2"))  # retried once, then RETRY_EXHAUSTED
+    await envelopes("broken", ("560001", "k3"), ("560001", "k3"))  # UNKNOWN_ERROR, terminal
+    await envelopes("slow", ("560001", "k4"), ("999999", "k4"))  # OUTCOME_UNKNOWN, KEY_REUSED
+    await envelopes("fine", ("560001", None), ("560001", "bad\nkey"))  # INPUT_INVALID
+
+
+async def test_a_sync_tool_called_inside_a_running_loop_blocks_it_and_works(
+    make_ws: MakeWriteSafe,
+) -> None:
+    ws = make_ws()
+
+    @ws.tool("echo")
+    def echo(text: str) -> str:
+        return text
+
+    assert echo("a", idempotency_key="k") == "a"  # on this test's loop thread, which waits
+    # Its async face (what `ws.tools` holds) runs the function in a worker thread.
+    assert await ws.tools["echo"]("a", idempotency_key="k") == "a"
+    assert await ws.tools["echo"]("b", idempotency_key="k2") == "b"
+    assert (await ws.status("k2")) is not None
+
+
+async def test_sync_status_reconcile_and_resolve(make_ws: MakeWriteSafe) -> None:
+    ws = make_ws()
+
+    def find(operation: LookupOperation) -> Found:
+        return Found("late")
+
+    @ws.tool("late", timeout=0.1, lookup=find, settle_after=0)
+    def late() -> str:
+        time.sleep(0.3)
+        return "late"
+
+    with pytest.raises(WriteSafeError):
+        await asyncio.to_thread(late, idempotency_key="k")
+
+    def settle() -> tuple[Any, Any]:
+        report = ws.sync.reconcile()
+        with pytest.raises(ResolutionRefused):  # only needs_attention is an operator's to settle
+            ws.sync.resolve("k", outcome="failed", reason="gone", actor="ops")
+        return report, ws.sync.status("k")
+
+    report, status = await asyncio.to_thread(settle)
+    assert (report.examined, report.found) == (1, 1)
+    assert status is not None
+    assert status.status is Status.SUCCEEDED
+    assert await asyncio.to_thread(ws.sync.status, "never") is None
+
+
+async def test_a_forked_child_starts_its_own_loop_thread(make_ws: MakeWriteSafe) -> None:
+    ws = make_ws()
+
+    @ws.tool("pid")
+    def pid(n: int) -> int:
+        return os.getpid()
+
+    parent = os.getpid()
+    assert await asyncio.to_thread(pid, 1, idempotency_key="parent") == parent
+
+    def fork_and_call() -> int:
+        child = os.fork()
+        if child == 0:  # the child: its parent's loop thread did not come along
+            code = 0 if pid(2, idempotency_key="child") == os.getpid() else 1
+            os._exit(code)
+        return os.waitpid(child, 0)[1]
+
+    assert await asyncio.to_thread(fork_and_call) == 0
+    # The parent's thread and stores are untouched: its replay still answers.
+    assert await asyncio.to_thread(pid, 1, idempotency_key="parent") == parent
+    status = await asyncio.to_thread(ws.sync.status, "child")
+    assert status is not None
+    assert status.status is Status.SUCCEEDED
+
+
+async def test_a_sync_write_sees_its_operation_and_fence_on_the_calling_thread(
+    make_ws: MakeWriteSafe,
+) -> None:
+    ws = make_ws()
+    seen: list[tuple[str, str, int]] = []
+
+    @ws.tool("fenced")
+    def fenced() -> str:
+        operation = ws.current_operation()
+        assert operation is not None
+        operation.fence()  # admitted: the lease is fresh
+        seen.append((threading.current_thread().name, operation.key, operation.fencing_token))
+        return "sent"
+
+    def call() -> str:
+        return fenced(idempotency_key="f-1")
+
+    caller = threading.Thread(target=call, name="the-caller")
+    caller.start()
+    await asyncio.to_thread(caller.join)
+
+    assert seen == [("the-caller", "f-1", 1)]
+    assert ws.current_operation() is None  # nothing leaks out of the write
+
+
+async def test_an_interrupt_inside_a_sync_write_records_outcome_unknown(
+    make_ws: MakeWriteSafe,
+) -> None:
+    ws = make_ws()
+    effects: list[str] = []
+
+    @ws.tool("interrupted")
+    def interrupted() -> str:
+        effects.append("sent")
+        raise KeyboardInterrupt  # Ctrl-C in the middle of the write
+
+    def call() -> None:
+        with pytest.raises(KeyboardInterrupt):
+            interrupted(idempotency_key="ctrl-c")
+
+    await asyncio.to_thread(call)
+
+    async def recorded() -> Any:
+        for _ in range(200):
+            status = await ws.status("ctrl-c")
+            if status is not None and status.status is not Status.IN_FLIGHT:
+                return status
+            await asyncio.sleep(0.05)
+        return status
+
+    status = await recorded()
+    assert status is not None
+    assert status.status is Status.OUTCOME_UNKNOWN  # not left in flight, never "failed"
+    with pytest.raises(WriteSafeError) as again:
+        await asyncio.to_thread(interrupted, idempotency_key="ctrl-c")
+    assert again.value.envelope.code == "OUTCOME_UNKNOWN"  # no lookup: never run again
+    assert effects == ["sent"]
+
+
+async def test_closing_the_sync_face_ends_a_call_still_running(make_ws: MakeWriteSafe) -> None:
+    ws = make_ws()
+    release = threading.Event()
+
+    @ws.tool("held")
+    def held() -> str:
+        release.wait(30)
+        return "late"
+
+    outcome: list[BaseException | str] = []
+
+    def call() -> None:
+        try:
+            outcome.append(held(idempotency_key="held"))
+        except BaseException as error:  # whatever it is, the caller must not hang
+            outcome.append(error)
+
+    caller = threading.Thread(target=call)
+    caller.start()
+    while (await ws.status("held")) is None:  # noqa: ASYNC110 (the stores, not an event)
+        await asyncio.sleep(0.02)
+    closing = asyncio.create_task(asyncio.to_thread(ws.sync.close))
+    while True:  # until the cancelled call has recorded what it knows
+        status = await ws.status("held")
+        if status is not None and status.status is not Status.IN_FLIGHT:
+            break
+        await asyncio.sleep(0.02)
+    release.set()
+    await closing
+    await asyncio.to_thread(caller.join, 30)
+
+    assert not caller.is_alive()
+    assert len(outcome) == 1
+    assert not isinstance(outcome[0], str)  # the late result is not taken as an answer
+    status = await ws.status("held")
+    assert status is not None
+    assert status.status is Status.OUTCOME_UNKNOWN
+
+
+async def test_a_sync_call_from_its_own_loop_thread_is_refused_not_deadlocked(
+    make_ws: MakeWriteSafe,
+) -> None:
+    ws = make_ws()
+    refusals: list[str] = []
+
+    @ws.tool("inner")
+    def inner() -> str:
+        return "inner"
+
+    async def find(operation: LookupOperation) -> Found:
+        try:
+            inner(idempotency_key="from-the-lookup")  # on the sync face's loop thread
+        except RuntimeError as refused:
+            refusals.append(str(refused))
+        return Found("late")
+
+    @ws.tool("outer", timeout=0.1, lookup=find, settle_after=0)
+    def outer() -> str:
+        time.sleep(0.3)
+        return "late"
+
+    with pytest.raises(WriteSafeError):
+        await asyncio.to_thread(outer, idempotency_key="k")
+    assert await asyncio.to_thread(outer, idempotency_key="k") == "late"  # the lookup ran
+
+    assert refusals == ["a sync writesafe call cannot be made from its own loop thread"]
