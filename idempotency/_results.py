@@ -66,6 +66,12 @@ class ResultCodec:
         text = self.encode(result)
         return text, self.decode(text)
 
+    def fit(self, result: Any) -> str:
+        """JSON text of a result someone else vouches for (an operator's resolution): it must
+        validate as the declared type, so every replay decodes it as an executed result would.
+        Raises `ValueError` (pydantic's `ValidationError`) when it does not fit."""
+        return self.encode(self._adapter.validate_python(result))
+
     def decode(self, text: str) -> Any:
         try:
             return self._adapter.validate_json(text)

@@ -8,6 +8,8 @@ from collections.abc import Callable, Coroutine, Mapping
 from types import TracebackType
 from typing import Any, Protocol, TypeVar, cast, overload
 
+from pydantic import ValidationError
+
 from idempotency._arguments import KEY_PARAMETER
 from idempotency._context import OperationContext, current_operation
 from idempotency._errors import invalid_input
@@ -27,6 +29,7 @@ from reconciler import (
     DEFAULT_RETRY_POLICY,
     Adapter,
     CodeRegistry,
+    EvidenceRequired,
     Lookup,
     LookupOperation,
     LookupResult,
@@ -403,11 +406,13 @@ class WriteSafe:
         evidence: Mapping[str, Any] | None = None,
     ) -> OperationStatus:
         """An operator settles a `needs_attention` or `outcome_unknown` operation, on the record
-        (who, why, evidence).
+        (who, why, evidence; `outcome_unknown` only with evidence).
 
-        `succeeded` stores `result` as the operation's result (callers with the key get it);
-        `failed` declares the effect absent. Any other state raises `ResolutionRefused`
-        (`OperationNotFound` for an unknown key).
+        `succeeded` stores `result` as the operation's result (callers with the key get it); it
+        must fit the tool's declared return type (an `idempotent_route` stores
+        `{"status_code": …, "body": …}`), else INPUT_INVALID. `failed` declares the effect
+        absent. Any other state raises `ResolutionRefused` (`OperationNotFound` for an unknown
+        key).
         """
         scope, key = validate_key(scope, "scope"), validate_key(key)
         if outcome not in ("succeeded", "failed"):
@@ -423,24 +428,34 @@ class WriteSafe:
             except (ValueError, TypeError):
                 raise invalid_input("evidence", "evidence must be a JSON object") from None
         await self.guard()
-        operation = await resolve_operation(
-            self.ledger,
-            self.codes,
-            scope=scope,
-            key=key,
-            outcome=outcome,
-            encode=self._encode_result,
-            result=result,
-            reason=reason,
-            actor=actor,
-            evidence=evidence,
-        )
+        try:
+            operation = await resolve_operation(
+                self.ledger,
+                self.codes,
+                scope=scope,
+                key=key,
+                outcome=outcome,
+                encode=self._encode_result,
+                result=result,
+                reason=reason,
+                actor=actor,
+                evidence=evidence,
+            )
+        except EvidenceRequired as error:
+            raise invalid_input("evidence", str(error)) from None
         return OperationStatus.from_records(operation, await self.ledger.attempts(operation.id))
 
     def _encode_result(self, tool: str, result: Any) -> str:
-        spec = self._lookups.get(tool)
+        registered = self._tools.get(tool)
         try:
-            return spec.encode(result) if spec is not None else canonical_json(result)
+            if registered is None:  # not registered here: no declared form to check against
+                return canonical_json(result)
+            return registered.spec.codec.fit(result)
+        except ValidationError as error:
+            problem = error.errors()[0]
+            where = ".".join(str(part) for part in problem["loc"]) or "result"
+            message = f"the result does not fit what {tool!r} stores: {where}: {problem['msg']}"
+            raise invalid_input("result", message) from None
         except ResultNotStored as unstorable:
             raise invalid_input("result", str(unstorable)) from None
         except (ValueError, TypeError):

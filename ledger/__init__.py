@@ -16,7 +16,7 @@ from ledger._ledger import (
     Outcome,
     Settlement,
 )
-from ledger._migrations import LedgerNotMigrated, head_revision
+from ledger._migrations import LedgerNotMigrated, current_revision, downgrade, head_revision
 from ledger._models import ApiKey, Attempt, Base, Operation
 from ledger._records import AttemptKind, AttemptRecord, OperationRecord
 from ledger._retention import DEFAULT_BATCH_SIZE, FINAL_STATES, PruneReport, prune
@@ -63,6 +63,8 @@ __all__ = [
     "canonical_json",
     "check_transition",
     "create_engine",
+    "current_revision",
+    "downgrade",
     "dumps_json",
     "head_revision",
     "loads_json",

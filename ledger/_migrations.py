@@ -47,6 +47,12 @@ async def upgrade(engine: AsyncEngine, revision: str = "head") -> None:
         await connection.run_sync(_upgrade, revision)
 
 
+async def downgrade(engine: AsyncEngine, revision: str) -> None:
+    """Undo migrations down to `revision` (`base`: none left), in one transaction."""
+    async with engine.begin() as connection:
+        await connection.run_sync(_downgrade, revision)
+
+
 async def current_revision(engine: AsyncEngine) -> str | None:
     async with engine.connect() as connection:
         return await connection.run_sync(_current)
@@ -66,6 +72,12 @@ def _upgrade(connection: Connection, revision: str) -> None:
     config = _config()
     config.attributes["connection"] = connection
     command.upgrade(config, revision)
+
+
+def _downgrade(connection: Connection, revision: str) -> None:
+    config = _config()
+    config.attributes["connection"] = connection
+    command.downgrade(config, revision)
 
 
 def _current(connection: Connection) -> str | None:

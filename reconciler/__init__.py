@@ -63,6 +63,7 @@ from reconciler._reconcile import ReconcilePolicy, Reconciler, ReconcileReport
 from reconciler._redaction import DEFAULT_REDACTION, REDACTED, Redaction, Redactor, redact_text
 from reconciler._resolve import (
     RESOLVABLE,
+    EvidenceRequired,
     OperationNotFound,
     Resolution,
     ResolutionRefused,
@@ -135,6 +136,7 @@ __all__ = [
     "DownstreamError",
     "ErrorEnvelope",
     "Established",
+    "EvidenceRequired",
     "FailedOperation",
     "Found",
     "Lookup",

@@ -1,11 +1,11 @@
 """Operator resolution: a person settles what reconciliation could not, on the record.
 
-Only an operation that waits for a verdict is resolved this way: `needs_attention`, or
-`outcome_unknown` when a person knows more than the lookup can tell (DESIGN.md: operator resolution
-of both). `succeeded` stores the result the
-operator vouches for; `failed` is the operator's proof of absence and follows the same rule as a
-lookup's conclusive NotFound (see `after_absence`). Who, when, why and the evidence are kept as
-an `operator` attempt, written in the same transaction as the change, and only if it took effect.
+A `needs_attention` operation is resolved this way, and so is an `outcome_unknown` one when the
+operator brings evidence (a tool without a lookup would otherwise wait out its whole backoff
+before escalating). `succeeded` stores the result the operator vouches for; `failed` is the
+operator's proof of absence and follows the same rule as a lookup's conclusive NotFound (see
+`after_absence`). Who, when, why and the evidence are kept as an `operator` attempt, written in
+the same transaction as the change, and only if it took effect.
 """
 
 from __future__ import annotations
@@ -20,6 +20,10 @@ from reconciler._contract import CodeRegistry, SideEffects
 Resolution = Literal["succeeded", "failed"]
 RESOLVABLE = frozenset({Status.NEEDS_ATTENTION, Status.OUTCOME_UNKNOWN})
 """The states an operator may resolve; no writer holds a lease in either."""
+
+
+class EvidenceRequired(ValueError):
+    """An `outcome_unknown` operation is settled only on evidence of what the operator checked."""
 
 
 class ResolutionRefused(Exception):
@@ -59,12 +63,18 @@ async def resolve_operation(
     actor: str,
     evidence: Mapping[str, Any] | None,
 ) -> OperationRecord:
-    """Resolve a `RESOLVABLE` operation; `encode(tool, result)` stores a succeeded result."""
+    """Resolve an operation an operator may settle; `encode(tool, result)` stores a succeeded
+    result (and refuses one that does not fit the tool)."""
     operation = await ledger.get(scope, key)
     if operation is None:
         raise OperationNotFound(scope, key)
     if operation.status not in RESOLVABLE:
         raise ResolutionRefused(scope, key, operation.status)
+    if operation.status is Status.OUTCOME_UNKNOWN and not evidence:
+        raise EvidenceRequired(
+            "an outcome_unknown operation is settled only with evidence of what you checked "
+            'downstream (e.g. {"order": "ord-77", "checked_by": "support ticket T-12"})'
+        )
     record = {
         "previous_status": operation.status.value,
         "last_code": operation.last_code,

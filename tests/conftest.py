@@ -31,6 +31,26 @@ _numbers = itertools.count()
 T = TypeVar("T")
 
 BACKENDS = ["sqlite", "postgres", "postgres+redis"]
+# What reaches a server, by fixture name and by backend parameter: a test that asks for one is
+# marked with it, so `-m "not postgres and not redis"` runs without servers. Backend parameters
+# are recognised by value, so other files' own backend fixtures are marked too.
+SERVER_FIXTURES = {"pg_schema": "postgres", "redis_prefix": "redis"}
+SERVER_PARAMETERS = {"postgres": {"postgres"}, "postgres+redis": {"postgres", "redis"}}
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        marks = {
+            mark
+            for name, mark in SERVER_FIXTURES.items()
+            if name in getattr(item, "fixturenames", ())
+        }
+        callspec = getattr(item, "callspec", None)
+        for value in callspec.params.values() if callspec else ():
+            if isinstance(value, str):
+                marks |= SERVER_PARAMETERS.get(value, set())
+        for mark in sorted(marks):
+            item.add_marker(mark)
 
 
 def asyncpg_dsn(url: str = PG_URL) -> str:

@@ -13,6 +13,7 @@ def test_demo_runs_the_story_without_a_second_order() -> None:
     result = CliRunner().invoke(app, ["demo", "--json"])
     assert result.exit_code == 0, result.output
     story = json.loads(result.output)
+    assert "{'" not in result.output  # no Python reprs, even inside strings
     answers = {(step["step"]): step["answer"] for step in story["steps"]}
     operations = {operation["key"]: operation for operation in story["operations"]}
     orders = story["shop_orders"]
@@ -23,7 +24,7 @@ def test_demo_runs_the_story_without_a_second_order() -> None:
     assert answers["invalid postcode"].startswith("INPUT_INVALID")
     assert answers["timeout after commit"].startswith("OUTCOME_UNKNOWN")
     # The retry's lookup finds the order the shop committed and returns it: no second order.
-    assert answers["retry after timeout"] == f"result {orders['ord-5']}"
+    assert answers["retry after timeout"] == f"result {json.dumps(orders['ord-5'])}"
     assert operations["ord-5"]["status"] == "succeeded"
     assert operations["ord-5"]["executions"] == 1
     assert operations["ord-3"]["executions"] == 2  # the busy shop was retried within bounds
@@ -36,3 +37,7 @@ def test_demo_prints_tables_for_people() -> None:
     assert result.exit_code == 0, result.output
     assert "The ledger" in result.output
     assert "no key ran twice" in result.output
+    assert "The order-submission story" in result.output  # what it shows
+    assert "temporary directory" in result.output  # where the ledger lives
+    assert "Try next" in result.output
+    assert "{'order_id'" not in result.output  # JSON, not Python reprs

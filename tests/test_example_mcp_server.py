@@ -7,6 +7,7 @@ order service behind uvicorn on loopback.
 
 from __future__ import annotations
 
+import logging
 import os
 import sys
 from pathlib import Path
@@ -18,6 +19,7 @@ from mcp import Client, StdioServerParameters
 from mcp.server.mcpserver import MCPServer
 from mcp.types import CallToolResult
 
+from examples.mcp_server import server
 from examples.mcp_server.server import create_server
 from examples.orders import downstream, gateway
 from idempotency import WriteSafe
@@ -124,3 +126,18 @@ async def call_twice_over_stdio(
             await client.call_tool("submit_order", arguments),
             await client.call_tool("submit_order", arguments),
         )
+
+
+def test_the_server_logs_warnings_plainly(tmp_path: Path) -> None:
+    """Its stderr is the host's log: no rich boxes, no INFO line per migration and request."""
+    root = logging.getLogger()
+    saved = root.handlers[:], root.level
+    root.handlers = []  # as in a fresh process (pytest's own capture handlers set aside)
+    try:
+        server.plain_logging()
+        create_server(WriteSafe(f"sqlite+aiosqlite:///{tmp_path / 'l.db'}"), httpx.AsyncClient())
+        assert [type(h) for h in root.handlers] == [logging.StreamHandler]
+        assert root.level == logging.WARNING
+    finally:
+        root.handlers, level = saved
+        root.setLevel(level)

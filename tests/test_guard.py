@@ -10,7 +10,7 @@ import pytest
 from redis.asyncio import Redis
 from sqlalchemy import event
 
-from idempotency import Status, ToolError, WriteSafe, WriteSafeError
+from idempotency import Status, ToolError, WriteSafe, WriteSafeError, WriteSafeSettings
 from idempotency._redis_connections import RedisConnections
 from ledger import ManualClock
 from ledger._pg_writer import PostgresWriter
@@ -294,11 +294,15 @@ async def test_hundred_concurrent_duplicates_execute_once(make_ws: MakeWriteSafe
 
 
 async def test_duplicates_from_separate_workers_execute_once(make_ws: MakeWriteSafe) -> None:
-    """Ten WriteSafe instances (no shared memory) × ten coroutines meet only in the stores."""
+    """Ten WriteSafe instances (no shared memory) × ten coroutines meet only in the stores.
+
+    One pooled connection each (at most three PostgreSQL connections per instance, 30 in all): the
+    race is between the instances, and a shared server's `max_connections` has other clients.
+    """
     shop = Shop()
     tools = []
     for _ in range(10):
-        ws = make_ws()
+        ws = make_ws(settings=WriteSafeSettings(pool_size=1))
 
         @ws.tool("submit_order")
         async def submit_order(order: dict[str, Any]) -> dict[str, Any]:

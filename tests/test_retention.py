@@ -193,6 +193,7 @@ async def test_the_cli_prunes_and_reports(
 
 
 async def test_the_cli_refuses_an_unmigrated_ledger_in_one_line(tmp_path: Path) -> None:
+    (tmp_path / "empty.db").touch()  # there, but never migrated (a missing one is exit 3)
     url = f"sqlite+aiosqlite:///{tmp_path / 'empty.db'}"
     result = await asyncio.to_thread(
         CliRunner().invoke, app, ["db", "prune", "--database-url", url]

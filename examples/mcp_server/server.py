@@ -11,7 +11,9 @@ Run it: `python -m examples.mcp_server` (see README.md).
 
 from __future__ import annotations
 
+import logging
 import os
+import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Annotated
@@ -85,6 +87,19 @@ def create_server(
     return server
 
 
+def plain_logging() -> None:
+    """Warnings and errors only, one plain line each, on stderr (stdout carries the protocol).
+
+    Set before the server is made: MCPServer would otherwise configure rich-formatted INFO
+    logging, and every migration step and downstream request would show up in the host's log.
+    """
+    level = os.environ.get("LOG_LEVEL", "WARNING").upper()
+    logging.basicConfig(
+        level=level, format="%(levelname)s %(name)s: %(message)s", stream=sys.stderr
+    )
+
+
 def main() -> None:
+    plain_logging()
     orders = client(base_url=DOWNSTREAM_URL, timeout=DOWNSTREAM_TIMEOUT)
     create_server(WriteSafe(), orders).run()

@@ -6,6 +6,9 @@ which the rest of `reconciler` must not. Exit codes: see `reconciler.cli._exit.E
 
 from __future__ import annotations
 
+from importlib.metadata import version
+from typing import Annotated
+
 import typer
 
 from reconciler.cli._contract import contract_app
@@ -26,6 +29,24 @@ app = typer.Typer(
     no_args_is_help=True,
     pretty_exceptions_show_locals=False,
 )
+
+
+def _version(value: bool) -> None:
+    if value:
+        typer.echo(f"writesafe {version('writesafe')}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _options(
+    show_version: Annotated[
+        bool,
+        typer.Option("--version", callback=_version, is_eager=True, help="Print the version."),
+    ] = False,
+) -> None:
+    """The options every command shares (the help text is the app's)."""
+
+
 app.command("demo")(demo)
 app.command("status")(status)
 app.command("reconcile")(reconcile)

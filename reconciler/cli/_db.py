@@ -1,42 +1,87 @@
-"""`writesafe db upgrade` applies the migrations; `writesafe db prune` applies retention."""
+"""`writesafe db upgrade|current|downgrade` manage the migrations; `writesafe db prune` applies
+retention."""
 
 from __future__ import annotations
 
-import asyncio
 import json
 from datetime import timedelta
 from typing import Annotated
 
 import typer
 from rich.console import Console
+from sqlalchemy.schema import CreateSchema
 
-from ledger import DEFAULT_BATCH_SIZE, LedgerNotMigrated, PruneReport, head_revision, prune
+from idempotency import WriteSafe
+from ledger import (
+    DEFAULT_BATCH_SIZE,
+    PruneReport,
+    current_revision,
+    downgrade,
+    head_revision,
+    prune,
+)
 from reconciler.cli._exit import ExitCode
-from reconciler.cli._loading import app_or_settings, fail
+from reconciler.cli._loading import app_or_settings
 from reconciler.cli._options import AppOption, DatabaseUrlOption, JsonOption, SchemaOption
-from reconciler.cli._stores import unavailable_errors
+from reconciler.cli._runner import run
 
 db_app = typer.Typer(help="Manage the ledger's schema and retention.", no_args_is_help=True)
+RevisionArgument = Annotated[
+    str, typer.Argument(help="The revision to go back to (e.g. 0001), or `base` for none.")
+]
 
 
 @db_app.command("upgrade")
 def upgrade(
     app: AppOption = None, database_url: DatabaseUrlOption = None, schema: SchemaOption = None
 ) -> None:
-    """Create or upgrade the ledger's tables to the newest migration (safe to run again)."""
+    """Create or upgrade the ledger's tables to the newest migration (safe to run again); a
+    PostgreSQL schema that does not exist yet is created."""
     ws = app_or_settings(app, database_url, schema)
 
-    async def run() -> None:
-        try:
-            await ws.ledger.migrate()
-        finally:
-            await ws.close()
+    async def migrate(ws: WriteSafe) -> None:
+        name = ws.settings.db_schema
+        if name and not ws.ledger.is_sqlite:
+            async with ws.ledger.engine.begin() as connection:
+                await connection.execute(CreateSchema(name, if_not_exists=True))
+        await ws.ledger.migrate()
 
-    try:
-        asyncio.run(run())
-    except unavailable_errors() as error:
-        raise fail(f"the database could not be reached: {error}", ExitCode.UNAVAILABLE) from error
+    run(ws, migrate, may_create=True)
     Console().print(f"ledger schema at {head_revision()}")
+
+
+@db_app.command("current")
+def current(
+    app: AppOption = None, database_url: DatabaseUrlOption = None, schema: SchemaOption = None
+) -> None:
+    """Show the ledger's schema revision and the one this writesafe needs (exit 1: behind)."""
+    ws = app_or_settings(app, database_url, schema)
+    revision = run(ws, lambda ws: current_revision(ws.ledger.engine))
+    head = head_revision()
+    if revision == head:
+        Console().print(f"ledger schema at {head} (current)")
+        return
+    Console().print(
+        f"ledger schema at {revision or 'nothing'}, this writesafe needs {head}: "
+        "run `writesafe db upgrade`"
+    )
+    raise typer.Exit(int(ExitCode.FAILED))
+
+
+@db_app.command("downgrade")
+def downgrade_command(
+    revision: RevisionArgument,
+    app: AppOption = None,
+    database_url: DatabaseUrlOption = None,
+    schema: SchemaOption = None,
+) -> None:
+    """Undo migrations down to REVISION (their tables and data go with them)."""
+    ws = app_or_settings(app, database_url, schema)
+    run(ws, lambda ws: downgrade(ws.ledger.engine, revision))
+    now = run(
+        app_or_settings(app, database_url, schema), lambda ws: current_revision(ws.ledger.engine)
+    )
+    Console().print(f"ledger schema at {now or 'nothing'}")
 
 
 OlderThanOption = Annotated[
@@ -67,19 +112,11 @@ def prune_command(
     ws = app_or_settings(app, database_url, schema)
     retention = timedelta(seconds=ws.settings.retention if older_than is None else older_than)
 
-    async def run() -> PruneReport:
-        try:
-            await ws.ledger.check_schema()
-            return await prune(ws.ledger, retention, batch_size=batch_size)
-        finally:
-            await ws.close()
+    async def pruned(ws: WriteSafe) -> PruneReport:
+        await ws.ledger.check_schema()
+        return await prune(ws.ledger, retention, batch_size=batch_size)
 
-    try:
-        report = asyncio.run(run())
-    except LedgerNotMigrated as error:
-        raise fail(str(error), ExitCode.FAILED) from error
-    except unavailable_errors() as error:
-        raise fail(f"the database could not be reached: {error}", ExitCode.UNAVAILABLE) from error
+    report = run(ws, pruned)
     if as_json:
         Console().print_json(json.dumps(prune_summary(report)))
     else:

@@ -7,6 +7,7 @@ Nothing here needs a server: the ledger is a SQLite file in a temporary director
 from __future__ import annotations
 
 import asyncio
+import json
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -58,7 +59,7 @@ class Story:
 async def _attempt(story: Story, step: str, key: str, call: Any) -> None:
     try:
         result = await call
-        story.add(step, key, f"result {result}")
+        story.add(step, key, f"result {json.dumps(result)}")
     except WriteSafeError as error:
         envelope = error.envelope
         story.add(step, key, f"{envelope.code} → {envelope.next_action}")
@@ -120,7 +121,7 @@ def _tables(story: Story, shop: FakeShop, operations: list[Any]) -> list[Table]:
     for column in ("client reference", "order"):
         orders.add_column(column)
     for reference, placed in shop.orders.items():
-        orders.add_row(reference, str(placed))
+        orders.add_row(reference, json.dumps(placed))
     return [steps, ledger, orders]
 
 
@@ -157,9 +158,20 @@ def demo(
             }
         )
         return
+    where = url if database_url else "a SQLite file in a temporary directory, removed at the end"
+    console.print(
+        "[bold]The order-submission story[/bold]: a caller submits orders to a fake shop through "
+        "one guarded tool, and retries the way agents and job runners do — the same key again, "
+        "20 duplicates at once, a busy shop, bad input, and a timeout after the shop committed.\n"
+        f"Ledger: {where}\n"
+    )
     for table in _tables(story, shop, operations):
         console.print(table)
     console.print(
         f"[bold]{len(shop.orders)} orders[/bold] for {len(operations)} operations: "
-        "no key ran twice."
+        "no key ran twice.\n\n"
+        "Try next: keep the ledger with `writesafe demo --database-url "
+        "sqlite+aiosqlite:///demo.db`, then read an operation's attempts with `writesafe status "
+        "ord-5 --database-url sqlite+aiosqlite:///demo.db`; wrap your own tool as in "
+        "docs/getting-started.md."
     )

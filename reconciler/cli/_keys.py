@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import json
 from collections.abc import Awaitable, Callable
 from typing import Annotated, Any, TypeVar
@@ -11,12 +10,12 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from idempotency import WriteSafe, WriteSafeError
-from ledger import ApiKeyRecord, ApiKeys, LedgerNotMigrated, Role
+from idempotency import WriteSafe
+from ledger import ApiKeyRecord, ApiKeys, Role
 from reconciler.cli._exit import ExitCode
 from reconciler.cli._loading import app_or_settings, fail
 from reconciler.cli._options import AppOption, DatabaseUrlOption, JsonOption, SchemaOption
-from reconciler.cli._stores import unavailable_errors
+from reconciler.cli._runner import run
 from reconciler.service import create_api_key
 
 T = TypeVar("T")
@@ -52,7 +51,9 @@ def create(
 ) -> None:
     """Create a key and print it once: only its SHA-256 is stored, it cannot be shown again."""
     ws = app_or_settings(app, database_url, schema)
-    record, token = _run(ws, lambda keys: create_api_key(keys, scope=scope, role=role, name=name))
+    record, token = _run(
+        ws, lambda keys: create_api_key(keys, scope=scope, role=role, name=name), writes=True
+    )
     if as_json:
         print(json.dumps({**_public(record), "token": token}))
         return
@@ -99,22 +100,12 @@ def revoke(
     Console().print(_table([record]))
 
 
-def _run(ws: WriteSafe, action: Callable[[ApiKeys], Awaitable[T]]) -> T:
-    async def run() -> T:
-        try:
-            await ws.start()
-            return await action(ApiKeys(ws.ledger.engine, ws.ledger.clock))
-        finally:
-            await ws.close()
+def _run(ws: WriteSafe, action: Callable[[ApiKeys], Awaitable[T]], *, writes: bool = False) -> T:
+    async def on_keys(ws: WriteSafe) -> T:
+        await ws.start()
+        return await action(ApiKeys(ws.ledger.engine, ws.ledger.clock))
 
-    try:
-        return asyncio.run(run())
-    except WriteSafeError as error:
-        raise fail(error.envelope.message, ExitCode.USAGE) from error
-    except LedgerNotMigrated as error:
-        raise fail(str(error), ExitCode.FAILED) from error
-    except unavailable_errors() as error:
-        raise fail(f"the ledger could not be reached: {error}", ExitCode.UNAVAILABLE) from error
+    return run(ws, on_keys, may_create=writes)
 
 
 def _public(record: ApiKeyRecord) -> dict[str, Any]:

@@ -8,6 +8,7 @@ import sys
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 
 from idempotency import WriteSafe
 from reconciler.cli._exit import ExitCode
@@ -17,7 +18,8 @@ err = Console(stderr=True)
 
 def fail(message: str, code: ExitCode) -> typer.Exit:
     """Print `message` to stderr and return the exit to raise."""
-    err.print(f"[red]error:[/red] {message}", highlight=False)
+    # One line, whatever the width: no wrapping, and brackets in the message are not markup.
+    err.print(f"[red]error:[/red] {escape(message)}", highlight=False, soft_wrap=True)
     return typer.Exit(int(code))
 
 

@@ -22,12 +22,13 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from idempotency import ReconcilerBusy, ReconcileReport, WriteSafe, WriteSafeError
-from ledger import LedgerNotMigrated, prune
+from idempotency import ReconcileReport, WriteSafe, WriteSafeError
+from ledger import prune
 from reconciler.cli._db import prune_summary
 from reconciler.cli._exit import ExitCode
 from reconciler.cli._loading import fail, load_app
 from reconciler.cli._options import AppArgument, JsonOption
+from reconciler.cli._runner import run
 from reconciler.cli._stores import unavailable_errors
 
 WatchOption = Annotated[
@@ -84,26 +85,16 @@ def reconcile(
         ws, tool=tool, limit=limit, older_than=older_than, as_json=as_json, prune_every=prune_every
     )
 
-    async def run() -> ReconcileReport:
+    async def reconcile_pass(ws: WriteSafe) -> ReconcileReport:
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
         for signum in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(signum, stop.set)
-        try:
-            if watch:
-                return await options.watch(stop, interval)
-            return await options.once(stop)
-        finally:
-            await ws.close()
+        if watch:
+            return await options.watch(stop, interval)
+        return await options.once(stop)
 
-    try:
-        report = asyncio.run(run())
-    except ReconcilerBusy as error:
-        raise fail(str(error), ExitCode.FAILED) from error
-    except LedgerNotMigrated as error:
-        raise fail(str(error), ExitCode.FAILED) from error
-    except unavailable_errors() as error:
-        raise fail(f"the ledger could not be reached: {error}", ExitCode.UNAVAILABLE) from error
+    report = run(ws, reconcile_pass)
     if as_json:
         if not watch:
             Console().print_json(report.model_dump_json())

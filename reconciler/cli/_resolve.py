@@ -1,8 +1,7 @@
-"""`writesafe resolve KEY`: an operator settles a `needs_attention` operation, on the record."""
+"""`writesafe resolve KEY`: an operator settles an escalated or unknown operation, on the record."""
 
 from __future__ import annotations
 
-import asyncio
 import json
 from enum import StrEnum
 from typing import Annotated, Any
@@ -10,7 +9,6 @@ from typing import Annotated, Any
 import typer
 from rich.console import Console
 
-from idempotency import OperationNotFound, OperationStatus, ResolutionRefused, WriteSafeError
 from reconciler.cli._exit import ExitCode
 from reconciler.cli._loading import app_or_settings, fail
 from reconciler.cli._options import (
@@ -20,8 +18,8 @@ from reconciler.cli._options import (
     SchemaOption,
     ScopeOption,
 )
+from reconciler.cli._runner import run
 from reconciler.cli._status import _attempts, _summary
-from reconciler.cli._stores import unavailable_errors
 
 
 class _Outcome(StrEnum):
@@ -61,41 +59,30 @@ def resolve(
     schema: SchemaOption = None,
     as_json: JsonOption = False,
 ) -> None:
-    """Resolve a needs_attention operation as succeeded or failed, audited (who, why, evidence).
-    Exit 1 if it is in any other state, 4 if there is no such key."""
+    """Resolve a needs_attention operation, or an outcome_unknown one with --evidence, as
+    succeeded or failed, audited (who, why, evidence). With succeeded, --result must fit what the
+    tool stores (a FastAPI route: {"status_code": 201, "body": {...}}). Exit 1 if the operation is
+    in any other state, 2 for a result that does not fit, 4 if there is no such key."""
     parsed_result = _json_option(result, "--result")
     parsed_evidence = _json_option(evidence, "--evidence")
     if parsed_evidence is not None and not isinstance(parsed_evidence, dict):
         raise fail("--evidence must be a JSON object", ExitCode.USAGE)
     ws = app_or_settings(app, database_url, schema)
-
-    async def run() -> OperationStatus:
-        try:
-            return await ws.resolve(
-                key,
-                scope=scope,
-                outcome=outcome.value,
-                result=parsed_result,
-                reason=reason,
-                actor=actor,
-                evidence=parsed_evidence,
-            )
-        finally:
-            await ws.close()
-
-    try:
-        resolved = asyncio.run(run())
-    except OperationNotFound as error:
-        raise fail(str(error), ExitCode.NOT_FOUND) from error
-    except ResolutionRefused as error:
-        raise fail(str(error), ExitCode.FAILED) from error
-    except WriteSafeError as error:
-        raise fail(error.envelope.message, ExitCode.USAGE) from error
-    except unavailable_errors() as error:
-        raise fail(f"the ledger could not be reached: {error}", ExitCode.UNAVAILABLE) from error
+    resolved = run(
+        ws,
+        lambda ws: ws.resolve(
+            key,
+            scope=scope,
+            outcome=outcome.value,
+            result=parsed_result,
+            reason=reason,
+            actor=actor,
+            evidence=parsed_evidence,
+        ),
+    )
     console = Console()
     if as_json:
-        console.print_json(resolved.model_dump_json())
+        console.print_json(resolved.model_dump_json(by_alias=True))
         return
     console.print(_summary(resolved))
     console.print(_attempts(resolved))

@@ -15,12 +15,10 @@ from typing import Annotated
 import typer
 import uvicorn
 
-from idempotency import configure_logging
-from ledger import LedgerNotMigrated
-from reconciler.cli._exit import ExitCode
-from reconciler.cli._loading import fail, load_app
+from idempotency import WriteSafe, configure_logging
+from reconciler.cli._loading import load_app
 from reconciler.cli._options import AppArgument
-from reconciler.cli._stores import unavailable_errors
+from reconciler.cli._runner import run
 from reconciler.service import create_app
 
 HostOption = Annotated[
@@ -78,20 +76,12 @@ def serve(
         create_app(ws), host=host, port=port, log_level=log_level.lower(), server_header=False
     )
 
-    async def run() -> None:
+    async def serve_until_stopped(ws: WriteSafe) -> None:
         server = _Server(config)
         loop = asyncio.get_running_loop()
         for signum in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(signum, server.stop)
-        try:
-            await ws.start()
-            await server.serve()
-        finally:
-            await ws.close()
+        await ws.start()
+        await server.serve()
 
-    try:
-        asyncio.run(run())
-    except LedgerNotMigrated as error:
-        raise fail(str(error), ExitCode.FAILED) from error
-    except unavailable_errors() as error:
-        raise fail(f"the ledger could not be reached: {error}", ExitCode.UNAVAILABLE) from error
+    run(ws, serve_until_stopped, may_create=True)

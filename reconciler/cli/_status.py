@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
-
 from rich.console import Console
 from rich.table import Table
 
@@ -17,7 +15,7 @@ from reconciler.cli._options import (
     SchemaOption,
     ScopeOption,
 )
-from reconciler.cli._stores import unavailable_errors
+from reconciler.cli._runner import run
 
 
 def status(
@@ -30,22 +28,12 @@ def status(
 ) -> None:
     """Show an operation's status, result or error, and attempts (exit 4: unknown key)."""
     ws = app_or_settings(app, database_url, schema)
-
-    async def run() -> OperationStatus | None:
-        try:
-            return await ws.status(key, scope=scope)
-        finally:
-            await ws.close()
-
-    try:
-        found = asyncio.run(run())
-    except unavailable_errors() as error:
-        raise fail(f"the ledger could not be reached: {error}", ExitCode.UNAVAILABLE) from error
+    found = run(ws, lambda ws: ws.status(key, scope=scope))
     if found is None:
         raise fail(f"no operation with key {key!r} in scope {scope!r}", ExitCode.NOT_FOUND)
     console = Console()
     if as_json:
-        console.print_json(found.model_dump_json())
+        console.print_json(found.model_dump_json(by_alias=True))
         return
     console.print(_summary(found))
     console.print(_attempts(found))
@@ -65,7 +53,7 @@ def _summary(found: OperationStatus) -> Table:
 
 def _attempts(found: OperationStatus) -> Table:
     table = Table(title="attempts")
-    for column in ("kind", "execution", "outcome", "code", "started", "finished"):
+    for column in ("kind", "execution", "outcome", "code", "by", "reason", "started", "finished"):
         table.add_column(column)
     for attempt in found.attempts:
         table.add_row(
@@ -73,6 +61,8 @@ def _attempts(found: OperationStatus) -> Table:
             str(attempt.execution or ""),
             attempt.outcome or "",
             attempt.code or "",
+            attempt.actor or "",  # an operator's resolution: who, and why
+            attempt.reason or "",
             attempt.started_at.isoformat(timespec="milliseconds"),
             attempt.finished_at.isoformat(timespec="milliseconds") if attempt.finished_at else "",
         )

@@ -26,7 +26,8 @@ pass spans every scope, and only they read `/metrics`.
 (`ACCESS_DENIED`), 422 (`INPUT_INVALID`: malformed JSON, schema violations, unknown body fields or
 query parameters, each listed in `errors`), 429 (`RATE_LIMITED`, with `Retry-After`) and 503
 (`TEMP_UNAVAILABLE`, with `Retry-After`) carry the `writesafe.error/1` envelope as extension
-members: branch on `code`. 404, 405 (with `Allow`), 409 and 413 are plain problems.
+members: branch on `code`. 404, 405 (with `Allow`), 409 and 413 are plain problems with a `code` of
+the service's own: `NOT_FOUND`, `METHOD_NOT_ALLOWED`, `CONFLICT`, `BODY_TOO_LARGE`.
 
 **Limits.** Request bodies up to 64 KiB (`WRITESAFE_SERVICE_MAX_BODY_BYTES`), else 413;
 idempotency keys up to 255 characters; API keys up to 128 characters. Requests per API key

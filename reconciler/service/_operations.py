@@ -92,7 +92,10 @@ def operations_router(
         "/operations/{key}/resolve",
         response_model=OperationStatus,
         responses=problems(401, 403, 404, 409, 413, 422, 429, 503),
-        summary="Resolve a needs_attention or outcome_unknown operation (operators; audited)",
+        summary=(
+            "Resolve a needs_attention operation, or an outcome_unknown one with evidence, as "
+            "succeeded or failed (operators; audited)"
+        ),
     )
     async def resolve_operation(
         key: KeyPath,

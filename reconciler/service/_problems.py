@@ -3,8 +3,9 @@
 Errors the contract has a code for (401 AUTH_REQUIRED, 403 ACCESS_DENIED, 422 INPUT_INVALID,
 429 RATE_LIMITED, 503 TEMP_UNAVAILABLE, and any `WriteSafeError`) are the envelope rendered by
 `reconciler.to_problem`, so software branches on `code` here as everywhere else. The rest (404,
-405, 409, 413, 500) are plain `about:blank` problems. Starlette and FastAPI answer their own errors
-in plain JSON; the handlers below re-render them.
+405, 409, 413, 500) are `about:blank` problems that carry a `code` of the service's own
+(`SERVICE_CODES`), so every answer can be branched on by a field. Starlette and FastAPI answer
+their own errors in plain JSON; the handlers below re-render them.
 """
 
 from __future__ import annotations
@@ -41,6 +42,16 @@ class InvalidParam(BaseModel):
     detail: str
 
 
+# The service's own codes for the errors the contract has none for (stable, like its codes).
+SERVICE_CODES = {
+    404: "NOT_FOUND",
+    405: "METHOD_NOT_ALLOWED",
+    409: "CONFLICT",
+    413: "BODY_TOO_LARGE",
+    500: "INTERNAL_ERROR",
+}
+
+
 class ProblemDetails(BaseModel):
     """An RFC 9457 problem; members beyond these are extensions."""
 
@@ -51,6 +62,10 @@ class ProblemDetails(BaseModel):
     status: int = Field(ge=400, le=599)
     detail: str | None = None
     instance: str | None = None
+    code: str | None = Field(
+        default=None,
+        description=f"What went wrong, to branch on: {', '.join(sorted(SERVICE_CODES.values()))}.",
+    )
 
 
 # The envelope's own fields (not a copy of them), as problem extension members.
@@ -73,7 +88,12 @@ def problem_response(
     headers: Mapping[str, str] | None = None,
 ) -> JSONResponse:
     """A plain problem: `about:blank` with the status phrase as title (RFC 9457 §4.2.1)."""
-    body = ProblemDetails(title=HTTPStatus(status).phrase, status=status, detail=detail)
+    body = ProblemDetails(
+        title=HTTPStatus(status).phrase,
+        status=status,
+        detail=detail,
+        code=SERVICE_CODES.get(status),
+    )
     return JSONResponse(
         body.model_dump(mode="json", exclude_none=True),
         status_code=status,

@@ -140,7 +140,9 @@ def test_keys_refuse_bad_arguments(project: Project) -> None:
     ):
         result = project.cli("keys", "create", "--app", app, *args)
         assert result.exit_code == 2, (args, result.output)
-    assert json.loads(project.cli("keys", "list", "--app", app, "--json").stdout) == []
+    # A refused create leaves no ledger behind, and listing does not create one.
+    assert project.cli("keys", "list", "--app", app, "--json").exit_code == 3
+    assert not (project.path / "ledger.db").exists()
 
 
 def test_keys_create_makes_admin_keys(project: Project) -> None:
