@@ -146,7 +146,12 @@ async def test_an_operator_resolves_only_in_its_own_tenant(service: Service) -> 
         csrf = _csrf(await operator.get("/console/"))
         listing = await operator.get("/console/operations")
         foreign_page = await operator.get("/console/operations/b-lost")
-        form = {"csrf": csrf, "outcome": "failed", "reason": "not in the shop"}
+        form = {
+            "csrf": csrf,
+            "outcome": "failed",
+            "reason": "not in the shop",
+            "evidence": '{"checked": "shop admin"}',
+        }
         foreign = await operator.post("/console/operations/b-lost", data=form)
         own = await operator.post("/console/operations/lost", data=form)
         timeline = await operator.get("/console/operations/lost")
