@@ -32,9 +32,9 @@ from rich.table import Table
 from bench._cli import add_sampling_options, run_and_report
 from bench._setup import asyncpg_dsn, isolated
 from bench._stats import Series, measure, us
-from idempotency import SyncTool, Tool, WriteSafe
-from idempotency._redis_connections import RedisConnections, pack
-from ledger import Intent, Outcome, Status, dumps_json
+from writesafe import SyncTool, Tool, WriteSafe
+from writesafe.idempotency._redis_connections import RedisConnections, pack
+from writesafe.ledger import Intent, Outcome, Status, dumps_json
 
 ORDER = {"sku": "A1", "qty": 1, "postcode": "560001"}
 DUPLICATE_WRITE_SECONDS = 0.01

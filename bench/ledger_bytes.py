@@ -24,8 +24,8 @@ from rich.table import Table
 
 from bench._cli import run_and_report
 from bench._setup import asyncpg_dsn, isolated
-from idempotency import WriteSafe
-from ledger import canonical_json
+from writesafe import WriteSafe
+from writesafe.ledger import canonical_json
 
 TARGETS = {"pg": 700, "embedded": 600}
 TOOL = "bench_submit"

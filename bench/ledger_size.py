@@ -35,9 +35,9 @@ from bench._cli import add_sampling_options, run_and_report
 from bench._setup import asyncpg_dsn, isolated
 from bench._stats import Series, measure, us
 from bench.guard import ORDER, bare_write
-from idempotency import Tool, WriteSafe
-from idempotency._arguments import fingerprint
-from ledger import PruneReport, canonical_json, prune
+from writesafe import Tool, WriteSafe
+from writesafe.idempotency._arguments import fingerprint
+from writesafe.ledger import PruneReport, canonical_json, prune
 
 TARGET = 1.2
 TOOL = "bench_submit"

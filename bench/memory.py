@@ -23,7 +23,7 @@ from rich.table import Table
 from bench._cli import run_and_report
 from bench._setup import isolated
 from bench.guard import ORDER
-from idempotency import WriteSafe
+from writesafe import WriteSafe
 
 _WAVE = 20
 

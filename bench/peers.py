@@ -30,7 +30,7 @@ from bench._cli import add_sampling_options, run_and_report
 from bench._setup import asyncpg_dsn, isolated
 from bench._stats import Series, measure, us
 from bench.guard import ORDER, bare_write, guarded
-from idempotency import WriteSafe
+from writesafe import WriteSafe
 
 EMBEDDED_TARGET = 0.8
 PRODUCTION_TARGET = 0.7

@@ -26,9 +26,9 @@ from typing import Any
 
 import asyncpg
 
-from idempotency import Found, LookupOperation, NotFound, WriteSafe, WriteSafeSettings
-from ledger import Ledger
-from reconciler import LookupResult
+from writesafe import Found, LookupOperation, NotFound, WriteSafe, WriteSafeSettings
+from writesafe.ledger import Ledger
+from writesafe.reconciler import LookupResult
 
 DEFAULT_URL = "postgresql+asyncpg://postgres@127.0.0.1:5432/test"
 TOOL = "submit_order"

@@ -26,8 +26,8 @@ from bench._cli import add_sampling_options, run_and_report
 from bench._setup import isolated
 from bench._stats import Series, measure, us
 from bench.guard import ORDER, guarded
-from idempotency import WriteSafe
-from idempotency._redis_connections import RedisConnections, pack
+from writesafe import WriteSafe
+from writesafe.idempotency._redis_connections import RedisConnections, pack
 
 THRESHOLD = 1.15
 REPLAY = "guard: pg+redis replay"

@@ -36,9 +36,9 @@ from rich.table import Table
 
 from bench._cli import run_and_report
 from bench._setup import isolated
-from idempotency import WriteSafe, WriteSafeSettings
-from ledger import ApiKeys, Role
-from reconciler.service import ServiceSettings, create_api_key, create_app
+from writesafe import WriteSafe, WriteSafeSettings
+from writesafe.ledger import ApiKeys, Role
+from writesafe.service import ServiceSettings, create_api_key, create_app
 
 _SCOPE = "bench-tenant"
 _OPERATIONS = 50

@@ -31,8 +31,8 @@ from rich.table import Table
 from bench._cli import run_and_report
 from bench._setup import asyncpg_dsn, isolated
 from bench.guard import ORDER, bare_write
-from idempotency import WriteSafe
-from idempotency._redis_connections import RedisConnections, pack
+from writesafe import WriteSafe
+from writesafe.idempotency._redis_connections import RedisConnections, pack
 
 CONCURRENCY = (1, 8, 64)
 PROCESSES = (1, 4)

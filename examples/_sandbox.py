@@ -12,9 +12,9 @@ from contextlib import asynccontextmanager
 from datetime import UTC, datetime
 from pathlib import Path
 
-from idempotency import WriteSafe
-from ledger import AttemptKind, ManualClock
-from reconciler import AttemptView
+from writesafe import WriteSafe
+from writesafe.ledger import AttemptKind, ManualClock
+from writesafe.reconciler import AttemptView
 
 CASE_START = datetime(2026, 1, 1, tzinfo=UTC)
 

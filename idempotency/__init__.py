@@ -1,6 +1,6 @@
 """At most once: keys, fingerprints, the Redis key store, and the `WriteSafe` guard and decorator.
 
-from idempotency import WriteSafe, WriteSafeError
+from writesafe import WriteSafe, WriteSafeError
 
 ws = WriteSafe()
 
@@ -25,19 +25,23 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-from idempotency._context import OperationContext, current_operation
-from idempotency._errors import WriteSafeError
-from idempotency._fence import LeaseLost
-from idempotency._httpx import FencedTransport, SyncFencedTransport, fenced_client
-from idempotency._keys import DEFAULT_SCOPE, MAX_KEY_LENGTH
-from idempotency._logging import OperationFilter, configure_logging
-from idempotency._settings import WriteSafeSettings
-from idempotency._sync import SyncTool, SyncWriteSafe
-from idempotency._tool import Invocation, Tool
-from idempotency._tracing import inject_trace_context, instrument_tracing, uninstrument_tracing
-from idempotency._writesafe import WriteSafe
-from ledger import Status
-from reconciler import (
+from writesafe.idempotency._context import OperationContext, current_operation
+from writesafe.idempotency._errors import WriteSafeError
+from writesafe.idempotency._fence import LeaseLost
+from writesafe.idempotency._httpx import FencedTransport, SyncFencedTransport, fenced_client
+from writesafe.idempotency._keys import DEFAULT_SCOPE, MAX_KEY_LENGTH
+from writesafe.idempotency._logging import OperationFilter, configure_logging
+from writesafe.idempotency._settings import WriteSafeSettings
+from writesafe.idempotency._sync import SyncTool, SyncWriteSafe
+from writesafe.idempotency._tool import Invocation, Tool
+from writesafe.idempotency._tracing import (
+    inject_trace_context,
+    instrument_tracing,
+    uninstrument_tracing,
+)
+from writesafe.idempotency._writesafe import WriteSafe
+from writesafe.ledger import Status
+from writesafe.reconciler import (
     ErrorEnvelope,
     Found,
     LookupOperation,
@@ -52,24 +56,24 @@ from reconciler import (
 )
 
 if TYPE_CHECKING:
-    from idempotency._celery import idempotent_task
-    from idempotency._django import idempotent_django_view
-    from idempotency._fastapi import idempotent_route
-    from idempotency._flask import idempotent_flask_view
-    from idempotency._http import REPLAYED_HEADER
-    from idempotency._http_errors import add_problem_handlers
-    from idempotency._mcp import add_mcp_tool
+    from writesafe.idempotency._celery import idempotent_task
+    from writesafe.idempotency._django import idempotent_django_view
+    from writesafe.idempotency._fastapi import idempotent_route
+    from writesafe.idempotency._flask import idempotent_flask_view
+    from writesafe.idempotency._http import REPLAYED_HEADER
+    from writesafe.idempotency._http_errors import add_problem_handlers
+    from writesafe.idempotency._mcp import add_mcp_tool
 
 # The integrations import their frameworks (FastAPI, the MCP SDK; Flask, Django, Celery are
 # optional extras), which take most of a second: only on first use.
 _INTEGRATIONS = {
-    "REPLAYED_HEADER": "idempotency._http",
-    "idempotent_route": "idempotency._fastapi",
-    "add_problem_handlers": "idempotency._http_errors",
-    "add_mcp_tool": "idempotency._mcp",
-    "idempotent_flask_view": "idempotency._flask",  # extra: writesafe[flask]
-    "idempotent_django_view": "idempotency._django",  # extra: writesafe[django]
-    "idempotent_task": "idempotency._celery",  # extra: writesafe[celery]
+    "REPLAYED_HEADER": "writesafe.idempotency._http",
+    "idempotent_route": "writesafe.idempotency._fastapi",
+    "add_problem_handlers": "writesafe.idempotency._http_errors",
+    "add_mcp_tool": "writesafe.idempotency._mcp",
+    "idempotent_flask_view": "writesafe.idempotency._flask",  # extra: writesafe[flask]
+    "idempotent_django_view": "writesafe.idempotency._django",  # extra: writesafe[django]
+    "idempotent_task": "writesafe.idempotency._celery",  # extra: writesafe[celery]
 }
 
 __all__ = [

@@ -10,8 +10,8 @@ from typing import Any
 
 from pydantic_core import PydanticSerializationError
 
-from idempotency._errors import invalid_input
-from ledger import canonical_json
+from writesafe.idempotency._errors import invalid_input
+from writesafe.ledger import canonical_json
 
 MAX_ARGUMENTS_BYTES = 1 << 20
 KEY_PARAMETER = "idempotency_key"

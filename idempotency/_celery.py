@@ -19,9 +19,9 @@ from typing import Any, TypeVar
 
 from celery import current_task
 
-from idempotency._errors import WriteSafeError, invalid_input
-from idempotency._writesafe import WriteSafe
-from reconciler import Code, LookupOperation, LookupResult
+from writesafe.idempotency._errors import WriteSafeError, invalid_input
+from writesafe.idempotency._writesafe import WriteSafe
+from writesafe.reconciler import Code, LookupOperation, LookupResult
 
 F = TypeVar("F", bound=Callable[..., Any])
 

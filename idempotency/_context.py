@@ -5,7 +5,7 @@ from __future__ import annotations
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 
-from idempotency._fence import Fence
+from writesafe.idempotency._fence import Fence
 
 
 @dataclass(frozen=True, slots=True)

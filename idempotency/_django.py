@@ -16,8 +16,8 @@ from django.core.exceptions import BadRequest, PermissionDenied, SuspiciousOpera
 from django.http import Http404, HttpRequest, HttpResponse
 from django.http.response import HttpResponseBase
 
-from idempotency._header import HEADER
-from idempotency._http import (
+from writesafe.idempotency._header import HEADER
+from writesafe.idempotency._http import (
     GuardedView,
     Refusal,
     StoredResponse,
@@ -25,9 +25,9 @@ from idempotency._http import (
     json_body,
     request_payload,
 )
-from idempotency._keys import DEFAULT_SCOPE
-from idempotency._writesafe import WriteSafe
-from reconciler import Adapter, LookupOperation, LookupResult
+from writesafe.idempotency._keys import DEFAULT_SCOPE
+from writesafe.idempotency._writesafe import WriteSafe
+from writesafe.reconciler import Adapter, LookupOperation, LookupResult
 
 View = TypeVar("View", bound=Callable[..., HttpResponseBase])
 

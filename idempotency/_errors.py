@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from reconciler import CODES, Code, ErrorEnvelope
+from writesafe.reconciler import CODES, Code, ErrorEnvelope
 
 
 class WriteSafeError(Exception):

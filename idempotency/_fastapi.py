@@ -17,9 +17,9 @@ from typing import TYPE_CHECKING, Annotated, Any
 from fastapi import Depends, Header, Request, Response
 from fastapi.routing import APIRoute, serialize_response
 
-from idempotency._errors import WriteSafeError
-from idempotency._header import HEADER, parse_idempotency_key
-from idempotency._http import (
+from writesafe.idempotency._errors import WriteSafeError
+from writesafe.idempotency._header import HEADER, parse_idempotency_key
+from writesafe.idempotency._http import (
     MALFORMED_KEY_STATUS,
     RefusalAdapter,
     StoredResponse,
@@ -29,12 +29,12 @@ from idempotency._http import (
     request_payload,
     stored_answer,
 )
-from idempotency._http_errors import http_exception_refusal, problem_response
-from idempotency._keys import DEFAULT_SCOPE
-from reconciler import DEFAULT_ADAPTER, Adapter
+from writesafe.idempotency._http_errors import http_exception_refusal, problem_response
+from writesafe.idempotency._keys import DEFAULT_SCOPE
+from writesafe.reconciler import DEFAULT_ADAPTER, Adapter
 
 if TYPE_CHECKING:
-    from idempotency._writesafe import WriteSafe
+    from writesafe.idempotency._writesafe import WriteSafe
 
 Endpoint = Callable[..., Awaitable[Any]]
 

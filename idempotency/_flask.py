@@ -14,8 +14,8 @@ from typing import Any, TypeVar
 from flask import Response, current_app, request
 from werkzeug.exceptions import HTTPException
 
-from idempotency._header import HEADER
-from idempotency._http import (
+from writesafe.idempotency._header import HEADER
+from writesafe.idempotency._http import (
     GuardedView,
     Refusal,
     StoredResponse,
@@ -23,9 +23,9 @@ from idempotency._http import (
     json_body,
     request_payload,
 )
-from idempotency._keys import DEFAULT_SCOPE
-from idempotency._writesafe import WriteSafe
-from reconciler import Adapter, LookupOperation, LookupResult
+from writesafe.idempotency._keys import DEFAULT_SCOPE
+from writesafe.idempotency._writesafe import WriteSafe
+from writesafe.reconciler import Adapter, LookupOperation, LookupResult
 
 View = TypeVar("View", bound=Callable[..., Any])
 

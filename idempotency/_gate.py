@@ -12,10 +12,10 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from idempotency._errors import WriteSafeError
-from idempotency._spec import GuardedCall
-from ledger import AttemptKind, Intent, Ledger, OperationRecord, Status, dumps_json
-from reconciler import (
+from writesafe.idempotency._errors import WriteSafeError
+from writesafe.idempotency._spec import GuardedCall
+from writesafe.ledger import AttemptKind, Intent, Ledger, OperationRecord, Status, dumps_json
+from writesafe.reconciler import (
     Code,
     CodeRegistry,
     ErrorEnvelope,

@@ -26,27 +26,27 @@ from tenacity import (
     wait_exponential,
 )
 
-from idempotency._attempts import attempt
-from idempotency._context import OperationContext, reset_current, set_current
-from idempotency._errors import WriteSafeError
-from idempotency._fence import Fence, LeaseLost
-from idempotency._fills import CacheFills
-from idempotency._gate import Resumed, replay_gate
-from idempotency._keystore import CachedOutcome, LeaseState, RedisKeyStore
-from idempotency._leases import HeldLease, LeaseKeeper
-from idempotency._logging import logged_call
-from idempotency._metrics import (
+from writesafe.idempotency._attempts import attempt
+from writesafe.idempotency._context import OperationContext, reset_current, set_current
+from writesafe.idempotency._errors import WriteSafeError
+from writesafe.idempotency._fence import Fence, LeaseLost
+from writesafe.idempotency._fills import CacheFills
+from writesafe.idempotency._gate import Resumed, replay_gate
+from writesafe.idempotency._keystore import CachedOutcome, LeaseState, RedisKeyStore
+from writesafe.idempotency._leases import HeldLease, LeaseKeeper
+from writesafe.idempotency._logging import logged_call
+from writesafe.idempotency._metrics import (
     EXECUTIONS,
     LEASES_LOST,
     RETRIES,
     RETRIES_THROTTLED,
     answered,
 )
-from idempotency._reads import run_read
-from idempotency._results import ResultNotStored
-from idempotency._spec import GuardedCall
-from idempotency._tracing import traced_call
-from ledger import (
+from writesafe.idempotency._reads import run_read
+from writesafe.idempotency._results import ResultNotStored
+from writesafe.idempotency._spec import GuardedCall
+from writesafe.idempotency._tracing import traced_call
+from writesafe.ledger import (
     Claim,
     Intent,
     LeaseHeld,
@@ -56,7 +56,7 @@ from ledger import (
     Status,
     dumps_json,
 )
-from reconciler import (
+from writesafe.reconciler import (
     LEDGER,
     Classification,
     Code,

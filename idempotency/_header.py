@@ -7,9 +7,9 @@ to fix, reported before the ledger is touched.
 
 from __future__ import annotations
 
-from idempotency._arguments import KEY_PARAMETER
-from idempotency._errors import invalid_input
-from idempotency._keys import validate_key
+from writesafe.idempotency._arguments import KEY_PARAMETER
+from writesafe.idempotency._errors import invalid_input
+from writesafe.idempotency._keys import validate_key
 
 HEADER = "Idempotency-Key"
 FIELD = KEY_PARAMETER  # the envelope names the key alike wherever it came from

@@ -22,10 +22,10 @@ from typing import TYPE_CHECKING, Any
 from pydantic import BaseModel, ConfigDict
 from pydantic_core import to_jsonable_python
 
-from idempotency._errors import WriteSafeError
-from idempotency._header import parse_idempotency_key
-from idempotency._keys import DEFAULT_SCOPE
-from reconciler import (
+from writesafe.idempotency._errors import WriteSafeError
+from writesafe.idempotency._header import parse_idempotency_key
+from writesafe.idempotency._keys import DEFAULT_SCOPE
+from writesafe.reconciler import (
     DEFAULT_ADAPTER,
     Adapter,
     Classification,
@@ -42,7 +42,7 @@ from reconciler import (
 )
 
 if TYPE_CHECKING:
-    from idempotency._writesafe import WriteSafe
+    from writesafe.idempotency._writesafe import WriteSafe
 
 REPLAYED_HEADER = "Idempotent-Replayed"
 JSON_MEDIA_TYPE = "application/json"

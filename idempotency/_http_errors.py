@@ -10,9 +10,9 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException
 
-from idempotency._errors import WriteSafeError, invalid_input
-from idempotency._http import Refusal, problem
-from reconciler import ErrorEnvelope
+from writesafe.idempotency._errors import WriteSafeError, invalid_input
+from writesafe.idempotency._http import Refusal, problem
+from writesafe.reconciler import ErrorEnvelope
 
 
 def http_exception_refusal(error: BaseException) -> Refusal | None:

@@ -16,8 +16,8 @@ from typing import Any
 
 import httpx
 
-from idempotency._context import OperationContext, current_operation
-from idempotency._tracing import inject_trace_context
+from writesafe.idempotency._context import OperationContext, current_operation
+from writesafe.idempotency._tracing import inject_trace_context
 
 KEY_HEADER = "Idempotency-Key"
 TOKEN_HEADER = "Fencing-Token"

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from idempotency._errors import invalid_input
+from writesafe.idempotency._errors import invalid_input
 
 MAX_KEY_LENGTH = 255
 DEFAULT_SCOPE = "default"

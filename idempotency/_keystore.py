@@ -24,8 +24,8 @@ from typing import TypeVar
 from redis.asyncio import ConnectionPool, Redis
 from redis.exceptions import RedisError
 
-from idempotency._metrics import STORE_DEGRADED
-from idempotency._redis_connections import RedisConnections, pack
+from writesafe.idempotency._metrics import STORE_DEGRADED
+from writesafe.idempotency._redis_connections import RedisConnections, pack
 
 logger = logging.getLogger("writesafe")
 T = TypeVar("T")

@@ -16,9 +16,9 @@ import time
 from contextvars import Context
 from dataclasses import dataclass
 
-from idempotency._fence import Fence
-from idempotency._keystore import RedisKeyStore
-from ledger import Ledger
+from writesafe.idempotency._fence import Fence
+from writesafe.idempotency._keystore import RedisKeyStore
+from writesafe.ledger import Ledger
 
 logger = logging.getLogger("writesafe")
 

@@ -18,7 +18,7 @@ from contextvars import ContextVar
 from typing import TYPE_CHECKING, Concatenate, ParamSpec, TextIO, TypeVar
 
 if TYPE_CHECKING:
-    from idempotency._spec import GuardedCall
+    from writesafe.idempotency._spec import GuardedCall
 
 LOGGER = "writesafe"
 FIELDS = ("writesafe_key", "writesafe_scope", "writesafe_tool")

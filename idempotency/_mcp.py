@@ -20,11 +20,11 @@ from mcp.server.mcpserver.utilities.func_metadata import func_metadata
 from mcp.types import CallToolResult, ToolAnnotations
 from pydantic import Field, ValidationError, ValidatorFunctionWrapHandler, WrapValidator
 
-from idempotency._arguments import KEY_PARAMETER
-from idempotency._errors import WriteSafeError, invalid_input
-from idempotency._keys import DEFAULT_SCOPE, MAX_KEY_LENGTH
-from idempotency._tool import Tool
-from reconciler import to_call_tool_result
+from writesafe.idempotency._arguments import KEY_PARAMETER
+from writesafe.idempotency._errors import WriteSafeError, invalid_input
+from writesafe.idempotency._keys import DEFAULT_SCOPE, MAX_KEY_LENGTH
+from writesafe.idempotency._tool import Tool
+from writesafe.reconciler import to_call_tool_result
 
 META_KEY = "writesafe/operation"
 

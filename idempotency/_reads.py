@@ -15,13 +15,13 @@ from typing import Any
 
 from tenacity import AsyncRetrying, retry_if_exception_type, stop_after_attempt
 
-from idempotency._attempts import attempt
-from idempotency._context import OperationContext, reset_current, set_current
-from idempotency._errors import WriteSafeError
-from idempotency._fence import Fence
-from idempotency._spec import GuardedCall
-from ledger import Clock
-from reconciler import (
+from writesafe.idempotency._attempts import attempt
+from writesafe.idempotency._context import OperationContext, reset_current, set_current
+from writesafe.idempotency._errors import WriteSafeError
+from writesafe.idempotency._fence import Fence
+from writesafe.idempotency._spec import GuardedCall
+from writesafe.ledger import Clock
+from writesafe.reconciler import (
     Classification,
     Code,
     CodeRegistry,

@@ -14,7 +14,7 @@ from typing import Any
 
 from pydantic import TypeAdapter
 
-from ledger import loads_json
+from writesafe.ledger import loads_json
 
 DEFAULT_MAX_RESULT_BYTES = 1_048_576
 """The largest result the ledger stores (its JSON, in UTF-8 bytes): 1 MiB."""

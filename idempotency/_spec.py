@@ -7,10 +7,10 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
-from idempotency._arguments import BoundCall
-from idempotency._results import ResultCodec
-from idempotency._tracing import traced_execution, traced_lookup
-from reconciler import (
+from writesafe.idempotency._arguments import BoundCall
+from writesafe.idempotency._results import ResultCodec
+from writesafe.idempotency._tracing import traced_execution, traced_lookup
+from writesafe.reconciler import (
     DEFAULT_REDACTION,
     Adapter,
     Lookup,

@@ -32,13 +32,24 @@ from contextvars import Context, ContextVar
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
-from idempotency._context import OperationContext, current_operation, reset_current, set_current
-from idempotency._keys import DEFAULT_SCOPE
-from idempotency._tool import Invocation, Tool
-from reconciler import LookupOperation, LookupResult, OperationStatus, ReconcileReport, Resolution
+from writesafe.idempotency._context import (
+    OperationContext,
+    current_operation,
+    reset_current,
+    set_current,
+)
+from writesafe.idempotency._keys import DEFAULT_SCOPE
+from writesafe.idempotency._tool import Invocation, Tool
+from writesafe.reconciler import (
+    LookupOperation,
+    LookupResult,
+    OperationStatus,
+    ReconcileReport,
+    Resolution,
+)
 
 if TYPE_CHECKING:
-    from idempotency._writesafe import WriteSafe
+    from writesafe.idempotency._writesafe import WriteSafe
 
 R = TypeVar("R")
 T = TypeVar("T")

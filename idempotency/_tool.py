@@ -6,13 +6,13 @@ import functools
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
-from idempotency._arguments import auth_hash, bind, derive_key, fingerprint
-from idempotency._errors import invalid_input
-from idempotency._keys import DEFAULT_SCOPE, validate_key
-from idempotency._spec import GuardedCall, ToolSpec
+from writesafe.idempotency._arguments import auth_hash, bind, derive_key, fingerprint
+from writesafe.idempotency._errors import invalid_input
+from writesafe.idempotency._keys import DEFAULT_SCOPE, validate_key
+from writesafe.idempotency._spec import GuardedCall, ToolSpec
 
 if TYPE_CHECKING:
-    from idempotency._writesafe import WriteSafe
+    from writesafe.idempotency._writesafe import WriteSafe
 
 R = TypeVar("R")
 

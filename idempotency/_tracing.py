@@ -23,15 +23,15 @@ from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, TypeVar
 
-from idempotency._context import current_operation
-from idempotency._errors import WriteSafeError
-from idempotency._logging import operation_logged
-from reconciler import Found, LookupOperation, LookupResult, NotFound, ReconcileReport
+from writesafe.idempotency._context import current_operation
+from writesafe.idempotency._errors import WriteSafeError
+from writesafe.idempotency._logging import operation_logged
+from writesafe.reconciler import Found, LookupOperation, LookupResult, NotFound, ReconcileReport
 
 if TYPE_CHECKING:
     from opentelemetry.trace import Span, Tracer, TracerProvider
 
-    from idempotency._spec import GuardedCall
+    from writesafe.idempotency._spec import GuardedCall
 
 P = ParamSpec("P")
 R = TypeVar("R")

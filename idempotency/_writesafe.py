@@ -10,20 +10,20 @@ from typing import Any, Protocol, TypeVar, cast, overload
 
 from pydantic import ValidationError
 
-from idempotency._arguments import KEY_PARAMETER
-from idempotency._context import OperationContext, current_operation
-from idempotency._errors import invalid_input
-from idempotency._guard import LEDGER_ERRORS, Guard, GuardSettings
-from idempotency._keys import DEFAULT_SCOPE, validate_key
-from idempotency._keystore import RedisKeyStore
-from idempotency._results import ResultCodec, ResultNotStored
-from idempotency._settings import WriteSafeSettings
-from idempotency._spec import DEFAULT_LOOKUP_TIMEOUT, ToolSpec
-from idempotency._sync import SyncTool, SyncWriteSafe, async_face, threaded_lookup
-from idempotency._tool import Tool
-from idempotency._tracing import traced_reconcile
-from ledger import Clock, Ledger, LedgerNotMigrated, canonical_json, loads_json
-from reconciler import (
+from writesafe.idempotency._arguments import KEY_PARAMETER
+from writesafe.idempotency._context import OperationContext, current_operation
+from writesafe.idempotency._errors import invalid_input
+from writesafe.idempotency._guard import LEDGER_ERRORS, Guard, GuardSettings
+from writesafe.idempotency._keys import DEFAULT_SCOPE, validate_key
+from writesafe.idempotency._keystore import RedisKeyStore
+from writesafe.idempotency._results import ResultCodec, ResultNotStored
+from writesafe.idempotency._settings import WriteSafeSettings
+from writesafe.idempotency._spec import DEFAULT_LOOKUP_TIMEOUT, ToolSpec
+from writesafe.idempotency._sync import SyncTool, SyncWriteSafe, async_face, threaded_lookup
+from writesafe.idempotency._tool import Tool
+from writesafe.idempotency._tracing import traced_reconcile
+from writesafe.ledger import Clock, Ledger, LedgerNotMigrated, canonical_json, loads_json
+from writesafe.reconciler import (
     CODES,
     DEFAULT_ADAPTER,
     DEFAULT_RETRY_POLICY,
@@ -53,7 +53,7 @@ R = TypeVar("R")
 
 class ToolDecorator(Protocol):
     """What `WriteSafe.tool(...)` returns: an `async def` becomes a `Tool`, a plain `def` a
-    `SyncTool` (blocking, same guarantees: see `idempotency._sync`)."""
+    `SyncTool` (blocking, same guarantees: see `writesafe.idempotency._sync`)."""
 
     # An async def matches both; the first, narrower one wins (as typeshed's overloads do).
     @overload

@@ -3,11 +3,11 @@
 The ledger is the source of truth of writesafe. It imports neither `idempotency` nor `reconciler`.
 """
 
-from ledger._api_keys import ApiKeyRecord, ApiKeys, Role
-from ledger._clock import Clock, ManualClock, StoreTime, SystemClock
-from ledger._engine import DEFAULT_DATABASE_URL, UnsupportedDatabase, create_engine
-from ledger._json import canonical_json, dumps_json, loads_json
-from ledger._ledger import (
+from writesafe.ledger._api_keys import ApiKeyRecord, ApiKeys, Role
+from writesafe.ledger._clock import Clock, ManualClock, StoreTime, SystemClock
+from writesafe.ledger._engine import DEFAULT_DATABASE_URL, UnsupportedDatabase, create_engine
+from writesafe.ledger._json import canonical_json, dumps_json, loads_json
+from writesafe.ledger._ledger import (
     LEASE_EXPIRED,
     DueBatch,
     Intent,
@@ -16,17 +16,22 @@ from ledger._ledger import (
     Outcome,
     Settlement,
 )
-from ledger._migrations import LedgerNotMigrated, current_revision, downgrade, head_revision
-from ledger._models import ApiKey, Attempt, Base, Operation
-from ledger._records import AttemptKind, AttemptRecord, OperationRecord
-from ledger._retention import DEFAULT_BATCH_SIZE, FINAL_STATES, PruneReport, prune
-from ledger._states import (
+from writesafe.ledger._migrations import (
+    LedgerNotMigrated,
+    current_revision,
+    downgrade,
+    head_revision,
+)
+from writesafe.ledger._models import ApiKey, Attempt, Base, Operation
+from writesafe.ledger._records import AttemptKind, AttemptRecord, OperationRecord
+from writesafe.ledger._retention import DEFAULT_BATCH_SIZE, FINAL_STATES, PruneReport, prune
+from writesafe.ledger._states import (
     TRANSITIONS,
     IllegalTransition,
     Status,
     check_transition,
 )
-from ledger._writer import Claim
+from writesafe.ledger._writer import Claim
 
 __all__ = [
     "DEFAULT_BATCH_SIZE",

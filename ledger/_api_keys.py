@@ -1,6 +1,6 @@
 """Persistence of service API keys; only hashes are stored, and revoking keeps the audit row.
 
-Making and hashing secrets is the service's job (`reconciler.service`); the ledger only stores
+Making and hashing secrets is the service's job (`writesafe.service`); the ledger only stores
 what it is given and finds an active key by its hash.
 """
 
@@ -14,9 +14,9 @@ from typing import cast
 from sqlalchemy import Table, insert, select, update
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from ledger._clock import Clock, SystemClock
-from ledger._models import ApiKey
-from ledger._records import _Record
+from writesafe.ledger._clock import Clock, SystemClock
+from writesafe.ledger._models import ApiKey
+from writesafe.ledger._records import _Record
 
 api_keys = cast(Table, ApiKey.__table__)
 

@@ -89,7 +89,7 @@ def _sqlite_engine(url: URL) -> AsyncEngine:
 
 def sqlite_writer_engine(url: str | URL) -> Engine:
     """A blocking engine on the async engine's SQLite file, configured alike, for the writer's
-    own thread (`ledger._sqlite_writer`)."""
+    own thread (`writesafe.ledger._sqlite_writer`)."""
     parsed = make_url(url).set(drivername="sqlite")
     engine = create_blocking_engine(parsed, connect_args={"timeout": _SQLITE_BUSY_TIMEOUT})
     _configure_sqlite(engine)

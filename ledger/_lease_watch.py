@@ -13,8 +13,8 @@ from __future__ import annotations
 from collections import OrderedDict
 from datetime import datetime
 
-from ledger._clock import Clock
-from ledger._records import OperationRecord
+from writesafe.ledger._clock import Clock
+from writesafe.ledger._records import OperationRecord
 
 _WATCHED = 10_000  # leases remembered at once; the oldest sightings are forgotten first
 

@@ -7,7 +7,7 @@ over therefore changes nothing: it sees `None` and must not claim the outcome it
 Time is judged on one clock: PostgreSQL's. Leases, due checks and settle windows are written and
 compared with the server's `now()`, never with the time of whichever process looks (its clock may
 be off). SQLite has no server clock: there a lease is judged by what this process has watched
-(`ledger._lease_watch`). A `Clock` given to the ledger replaces the server's, for tests.
+(`writesafe.ledger._lease_watch`). A `Clock` given to the ledger replaces the server's, for tests.
 """
 
 from __future__ import annotations
@@ -37,21 +37,21 @@ from sqlalchemy import cast as sql_cast
 from sqlalchemy.engine import URL
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
-from ledger._clock import Clock, StoreTime, SystemClock
-from ledger._engine import (
+from writesafe.ledger._clock import Clock, StoreTime, SystemClock
+from writesafe.ledger._engine import (
     create_engine,
     is_sqlite,
     postgres_connect_options,
     sqlite_writer_engine,
 )
-from ledger._lease_watch import LeaseWatch
-from ledger._migrations import ensure_current, upgrade
-from ledger._models import status_in
-from ledger._pg_writer import PostgresWriter
-from ledger._records import AttemptKind, AttemptRecord, OperationRecord
-from ledger._sqlite_writer import SqliteWriter
-from ledger._states import Status, check_transition
-from ledger._writer import (
+from writesafe.ledger._lease_watch import LeaseWatch
+from writesafe.ledger._migrations import ensure_current, upgrade
+from writesafe.ledger._models import status_in
+from writesafe.ledger._pg_writer import PostgresWriter
+from writesafe.ledger._records import AttemptKind, AttemptRecord, OperationRecord
+from writesafe.ledger._sqlite_writer import SqliteWriter
+from writesafe.ledger._states import Status, check_transition
+from writesafe.ledger._writer import (
     Change,
     Claim,
     ClosedExecution,

@@ -19,7 +19,7 @@ class LedgerNotMigrated(RuntimeError):
 
 def _config() -> Config:
     config = Config()
-    config.set_main_option("script_location", "ledger:migrations")
+    config.set_main_option("script_location", "writesafe.ledger:migrations")
     return config
 
 

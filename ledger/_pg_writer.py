@@ -37,11 +37,11 @@ from sqlalchemy.dialects.postgresql.asyncpg import PGDialect_asyncpg
 from sqlalchemy.exc import IntegrityError, OperationalError
 from sqlalchemy.sql.compiler import SQLCompiler
 
-from ledger._clock import StoreTime
-from ledger._pg_connections import ConnectionPool
-from ledger._records import AttemptKind, OperationRecord
-from ledger._states import Status
-from ledger._writer import (
+from writesafe.ledger._clock import StoreTime
+from writesafe.ledger._pg_connections import ConnectionPool
+from writesafe.ledger._records import AttemptKind, OperationRecord
+from writesafe.ledger._states import Status
+from writesafe.ledger._writer import (
     FENCED,
     FETCH,
     Change,

@@ -7,7 +7,7 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Any, Protocol, Self
 
-from ledger._states import Status
+from writesafe.ledger._states import Status
 
 
 class AttemptKind(StrEnum):

@@ -25,10 +25,10 @@ from datetime import datetime, timedelta
 from sqlalchemy import delete, select
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from ledger._ledger import Ledger
-from ledger._models import status_in
-from ledger._states import Status
-from ledger._writer import attempts, operations
+from writesafe.ledger._ledger import Ledger
+from writesafe.ledger._models import status_in
+from writesafe.ledger._states import Status
+from writesafe.ledger._writer import attempts, operations
 
 FINAL_STATES = (Status.SUCCEEDED, Status.FAILED)
 """The states an operation may be pruned in."""

@@ -18,9 +18,9 @@ from typing import Any, TypeVar
 from sqlalchemy import Connection, Engine, bindparam, insert, update
 from sqlalchemy.dialects import sqlite
 
-from ledger._records import AttemptKind, OperationRecord
-from ledger._states import Status
-from ledger._writer import (
+from writesafe.ledger._records import AttemptKind, OperationRecord
+from writesafe.ledger._states import Status
+from writesafe.ledger._writer import (
     FENCED,
     FETCH,
     Change,

@@ -29,9 +29,9 @@ from sqlalchemy import (
 )
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from ledger._clock import StoreTime
-from ledger._models import Attempt, Operation
-from ledger._records import AttemptKind, OperationRecord
+from writesafe.ledger._clock import StoreTime
+from writesafe.ledger._models import Attempt, Operation
+from writesafe.ledger._records import AttemptKind, OperationRecord
 
 operations = cast(Table, Operation.__table__)
 attempts = cast(Table, Attempt.__table__)

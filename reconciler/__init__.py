@@ -4,17 +4,17 @@ reconciliation (jobs and operator resolution).
 Imports `ledger` only. Its `cli` and `service` entry packages may also import `idempotency`.
 """
 
-from reconciler._absence import Absence, after_absence
-from reconciler._adapters import (
+from writesafe.reconciler._absence import Absence, after_absence
+from writesafe.reconciler._adapters import (
     DEFAULT_ADAPTER,
     Adapter,
     AnswerAdapter,
     answer_failure,
     failure_of,
 )
-from reconciler._admission import admit, disagreement
-from reconciler._causes import LEDGER, Lost, Untrusted
-from reconciler._check import (
+from writesafe.reconciler._admission import admit, disagreement
+from writesafe.reconciler._causes import LEDGER, Lost, Untrusted
+from writesafe.reconciler._check import (
     Check,
     Lookup,
     LookupOperation,
@@ -22,9 +22,9 @@ from reconciler._check import (
     LookupSpec,
     run_lookup,
 )
-from reconciler._classify import Classification, classify_exception, exception_evidence
-from reconciler._continuation import Continuation, FailedOperation, decide_continuation
-from reconciler._contract import (
+from writesafe.reconciler._classify import Classification, classify_exception, exception_evidence
+from writesafe.reconciler._continuation import Continuation, FailedOperation, decide_continuation
+from writesafe.reconciler._contract import (
     BUILTIN_VERDICTS,
     CODES,
     FIELD_LIMIT,
@@ -40,7 +40,7 @@ from reconciler._contract import (
     UnknownCode,
     Verdict,
 )
-from reconciler._decisions import (
+from writesafe.reconciler._decisions import (
     Established,
     LookupVerdict,
     ProvenAbsent,
@@ -49,19 +49,25 @@ from reconciler._decisions import (
     decide_row,
     judge_lookup,
 )
-from reconciler._http_preset import HTTP_ADAPTER, HTTP_RULES, http_adapter
-from reconciler._lookup import Found, LookupResult, NotFound, Unknown
-from reconciler._mcp import from_call_tool_result, to_call_tool_result
-from reconciler._problem import (
+from writesafe.reconciler._http_preset import HTTP_ADAPTER, HTTP_RULES, http_adapter
+from writesafe.reconciler._lookup import Found, LookupResult, NotFound, Unknown
+from writesafe.reconciler._mcp import from_call_tool_result, to_call_tool_result
+from writesafe.reconciler._problem import (
     HTTP_STATUS,
     PROBLEM_MEDIA_TYPE,
     Problem,
     from_problem,
     to_problem,
 )
-from reconciler._reconcile import ReconcilePolicy, Reconciler, ReconcileReport
-from reconciler._redaction import DEFAULT_REDACTION, REDACTED, Redaction, Redactor, redact_text
-from reconciler._resolve import (
+from writesafe.reconciler._reconcile import ReconcilePolicy, Reconciler, ReconcileReport
+from writesafe.reconciler._redaction import (
+    DEFAULT_REDACTION,
+    REDACTED,
+    Redaction,
+    Redactor,
+    redact_text,
+)
+from writesafe.reconciler._resolve import (
     RESOLVABLE,
     EvidenceRequired,
     OperationNotFound,
@@ -69,8 +75,8 @@ from reconciler._resolve import (
     ResolutionRefused,
     resolve_operation,
 )
-from reconciler._response import DownstreamError, RawResponse, response_of
-from reconciler._retry import (
+from writesafe.reconciler._response import DownstreamError, RawResponse, response_of
+from writesafe.reconciler._retry import (
     DEFAULT_MAX_ELAPSED,
     DEFAULT_RETRY_POLICY,
     RetryBudget,
@@ -81,19 +87,19 @@ from reconciler._retry import (
     replay_timed,
     wait_max,
 )
-from reconciler._retry_after import MAX_RETRY_AFTER_MS, parse_retry_after
-from reconciler._rules import NOT_JSON, ResponseAdapter, Rule
-from reconciler._schema import envelope_json_schema
-from reconciler._single import ReconcilerBusy
-from reconciler._tool_error import ToolError
-from reconciler._views import (
+from writesafe.reconciler._retry_after import MAX_RETRY_AFTER_MS, parse_retry_after
+from writesafe.reconciler._rules import NOT_JSON, ResponseAdapter, Rule
+from writesafe.reconciler._schema import envelope_json_schema
+from writesafe.reconciler._single import ReconcilerBusy
+from writesafe.reconciler._tool_error import ToolError
+from writesafe.reconciler._views import (
     AttemptView,
     OperationStatus,
     OperationSummary,
     attempts_left,
     operation_info,
 )
-from reconciler._webmcp import (
+from writesafe.reconciler._webmcp import (
     WEBMCP_CODES,
     WebMcpCode,
     from_webmcp,
@@ -101,7 +107,7 @@ from reconciler._webmcp import (
     to_webmcp,
     to_webmcp_text,
 )
-from reconciler._wire import read_envelope
+from writesafe.reconciler._wire import read_envelope
 
 __all__ = [
     "BUILTIN_VERDICTS",

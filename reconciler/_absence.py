@@ -9,8 +9,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ledger import LEASE_EXPIRED, OperationRecord
-from reconciler._contract import Code, CodeRegistry, ErrorEnvelope, NextAction, SideEffects
+from writesafe.ledger import LEASE_EXPIRED, OperationRecord
+from writesafe.reconciler._contract import (
+    Code,
+    CodeRegistry,
+    ErrorEnvelope,
+    NextAction,
+    SideEffects,
+)
 
 
 @dataclass(frozen=True, slots=True)

@@ -5,11 +5,11 @@ from __future__ import annotations
 import logging
 from typing import Protocol, runtime_checkable
 
-from reconciler._admission import admit
-from reconciler._causes import Untrusted
-from reconciler._classify import Classification, exception_evidence
-from reconciler._contract import Code, CodeRegistry
-from reconciler._rules import ResponseAdapter
+from writesafe.reconciler._admission import admit
+from writesafe.reconciler._causes import Untrusted
+from writesafe.reconciler._classify import Classification, exception_evidence
+from writesafe.reconciler._contract import Code, CodeRegistry
+from writesafe.reconciler._rules import ResponseAdapter
 
 logger = logging.getLogger("writesafe")
 

@@ -12,10 +12,10 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from reconciler._causes import Untrusted
-from reconciler._classify import Classification
-from reconciler._contract import Code, CodeRegistry, ErrorEnvelope, SideEffects
-from reconciler._retry_after import MAX_RETRY_AFTER_MS
+from writesafe.reconciler._causes import Untrusted
+from writesafe.reconciler._classify import Classification
+from writesafe.reconciler._contract import Code, CodeRegistry, ErrorEnvelope, SideEffects
+from writesafe.reconciler._retry_after import MAX_RETRY_AFTER_MS
 
 logger = logging.getLogger("writesafe")
 

@@ -15,11 +15,11 @@ from enum import StrEnum
 from types import MappingProxyType
 from typing import Any
 
-from ledger import AttemptRecord, OperationRecord, Status, dumps_json, loads_json
-from reconciler._classify import EVIDENCE_MESSAGE_LIMIT, exception_evidence
-from reconciler._lookup import Found, LookupResult, NotFound, Unknown
-from reconciler._redaction import DEFAULT_REDACTION, Redaction
-from reconciler._views import AttemptView
+from writesafe.ledger import AttemptRecord, OperationRecord, Status, dumps_json, loads_json
+from writesafe.reconciler._classify import EVIDENCE_MESSAGE_LIMIT, exception_evidence
+from writesafe.reconciler._lookup import Found, LookupResult, NotFound, Unknown
+from writesafe.reconciler._redaction import DEFAULT_REDACTION, Redaction
+from writesafe.reconciler._views import AttemptView
 
 
 @dataclass(frozen=True, slots=True)

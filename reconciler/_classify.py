@@ -13,10 +13,10 @@ from typing import Any
 
 import httpx
 
-from reconciler._causes import Lost, Untrusted
-from reconciler._contract import Code, CodeRegistry, ErrorEnvelope, sanitize_message
-from reconciler._redaction import Redaction, redact_text
-from reconciler._tool_error import ToolError
+from writesafe.reconciler._causes import Lost, Untrusted
+from writesafe.reconciler._contract import Code, CodeRegistry, ErrorEnvelope, sanitize_message
+from writesafe.reconciler._redaction import Redaction, redact_text
+from writesafe.reconciler._tool_error import ToolError
 
 EVIDENCE_MESSAGE_LIMIT = 1024
 

@@ -10,7 +10,13 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from enum import StrEnum
 
-from reconciler._contract import CodeRegistry, NextAction, SideEffects, UnknownCode, Verdict
+from writesafe.reconciler._contract import (
+    CodeRegistry,
+    NextAction,
+    SideEffects,
+    UnknownCode,
+    Verdict,
+)
 
 
 class Continuation(StrEnum):

@@ -14,7 +14,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from reconciler._causes import Untrusted
+from writesafe.reconciler._causes import Untrusted
 
 SCHEMA = "writesafe.error/1"
 MESSAGE_LIMIT = 512

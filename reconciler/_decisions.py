@@ -11,10 +11,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import StrEnum
 
-from ledger import OperationRecord, Status
-from reconciler._absence import Absence, after_absence
-from reconciler._check import Check, LookupOutcome
-from reconciler._contract import CodeRegistry
+from writesafe.ledger import OperationRecord, Status
+from writesafe.reconciler._absence import Absence, after_absence
+from writesafe.reconciler._check import Check, LookupOutcome
+from writesafe.reconciler._contract import CodeRegistry
 
 
 class RowAction(StrEnum):

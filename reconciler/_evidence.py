@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from reconciler._redaction import redact_text
+from writesafe.reconciler._redaction import redact_text
 
 BODY_EXCERPT_LIMIT = 2048
 """Characters of a body kept as evidence."""

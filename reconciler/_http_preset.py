@@ -14,10 +14,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from reconciler._causes import Lost, Untrusted
-from reconciler._contract import Code, SideEffects
-from reconciler._response import RawResponse
-from reconciler._rules import ResponseAdapter, Rule
+from writesafe.reconciler._causes import Lost, Untrusted
+from writesafe.reconciler._contract import Code, SideEffects
+from writesafe.reconciler._response import RawResponse
+from writesafe.reconciler._rules import ResponseAdapter, Rule
 
 FIELD_MEMBER = "field"
 """The body member a 400/422 answer names its invalid input in (`{"field": "postcode"}`)."""

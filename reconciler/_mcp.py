@@ -15,10 +15,10 @@ from typing import Any
 from mcp_types import CallToolResult, TextContent
 from pydantic import ValidationError
 
-from reconciler._causes import Untrusted
-from reconciler._classify import Classification
-from reconciler._contract import CODES, CodeRegistry, ErrorEnvelope
-from reconciler._wire import Malformed, malformed, parse_envelope
+from writesafe.reconciler._causes import Untrusted
+from writesafe.reconciler._classify import Classification
+from writesafe.reconciler._contract import CODES, CodeRegistry, ErrorEnvelope
+from writesafe.reconciler._wire import Malformed, malformed, parse_envelope
 
 STRUCTURED_ERROR_KEY = "error"
 COMPLETE = "complete"

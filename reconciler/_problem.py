@@ -11,10 +11,10 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from reconciler._causes import Untrusted
-from reconciler._classify import Classification
-from reconciler._contract import CODES, Code, CodeRegistry, ErrorEnvelope, NextAction
-from reconciler._wire import Malformed, malformed, parse_json, read_envelope
+from writesafe.reconciler._causes import Untrusted
+from writesafe.reconciler._classify import Classification
+from writesafe.reconciler._contract import CODES, Code, CodeRegistry, ErrorEnvelope, NextAction
+from writesafe.reconciler._wire import Malformed, malformed, parse_json, read_envelope
 
 PROBLEM_MEDIA_TYPE = "application/problem+json"
 PROBLEM_TYPE_PREFIX = "tag:writesafe,2026:error/"

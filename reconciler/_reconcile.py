@@ -23,11 +23,11 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
-from ledger import AttemptKind, Ledger, OperationRecord, Settlement, Status, dumps_json
-from reconciler._check import Check, LookupSpec, run_lookup
-from reconciler._contract import CodeRegistry
-from reconciler._decisions import Established, ProvenAbsent, judge_lookup
-from reconciler._single import SingleWorkerLock
+from writesafe.ledger import AttemptKind, Ledger, OperationRecord, Settlement, Status, dumps_json
+from writesafe.reconciler._check import Check, LookupSpec, run_lookup
+from writesafe.reconciler._contract import CodeRegistry
+from writesafe.reconciler._decisions import Established, ProvenAbsent, judge_lookup
+from writesafe.reconciler._single import SingleWorkerLock
 
 logger = logging.getLogger("writesafe")
 

@@ -13,9 +13,9 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any, Literal
 
-from ledger import AttemptKind, Ledger, OperationRecord, Status, dumps_json
-from reconciler._absence import after_absence
-from reconciler._contract import CodeRegistry, SideEffects
+from writesafe.ledger import AttemptKind, Ledger, OperationRecord, Status, dumps_json
+from writesafe.reconciler._absence import after_absence
+from writesafe.reconciler._contract import CodeRegistry, SideEffects
 
 Resolution = Literal["succeeded", "failed"]
 RESOLVABLE = frozenset({Status.NEEDS_ATTENTION, Status.OUTCOME_UNKNOWN})

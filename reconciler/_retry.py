@@ -17,7 +17,7 @@ from tenacity import RetryCallState, stop_before_delay, wait_exception, wait_ran
 from tenacity.stop import stop_base
 from tenacity.wait import wait_base
 
-from reconciler._contract import Code, CodeRegistry, ErrorEnvelope, NextAction
+from writesafe.reconciler._contract import Code, CodeRegistry, ErrorEnvelope, NextAction
 
 
 class RetrySignal(Exception):

@@ -18,15 +18,15 @@ from typing import Any
 import httpx
 from pydantic_core import PydanticSerializationError, to_json
 
-from ledger import Clock, SystemClock
-from reconciler._causes import Untrusted
-from reconciler._classify import Classification, classify_exception, exception_evidence
-from reconciler._contract import Code, CodeRegistry, ErrorEnvelope, SideEffects
-from reconciler._evidence import excerpt, header_subset
-from reconciler._problem import from_problem
-from reconciler._response import RawResponse, response_of
-from reconciler._retry_after import MAX_RETRY_AFTER_MS, parse_retry_after
-from reconciler._wire import Malformed, parse_json
+from writesafe.ledger import Clock, SystemClock
+from writesafe.reconciler._causes import Untrusted
+from writesafe.reconciler._classify import Classification, classify_exception, exception_evidence
+from writesafe.reconciler._contract import Code, CodeRegistry, ErrorEnvelope, SideEffects
+from writesafe.reconciler._evidence import excerpt, header_subset
+from writesafe.reconciler._problem import from_problem
+from writesafe.reconciler._response import RawResponse, response_of
+from writesafe.reconciler._retry_after import MAX_RETRY_AFTER_MS, parse_retry_after
+from writesafe.reconciler._wire import Malformed, parse_json
 
 logger = logging.getLogger("writesafe")
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from reconciler._contract import ErrorEnvelope
+from writesafe.reconciler._contract import ErrorEnvelope
 
 SCHEMA_ID = "tag:writesafe,2026:schema/writesafe.error/1"
 """An identifier, not a location (like the problem types)."""

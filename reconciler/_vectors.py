@@ -11,14 +11,14 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from reconciler._causes import Untrusted
-from reconciler._contract import CODES, Code, ErrorEnvelope, OperationInfo
-from reconciler._http_preset import HTTP_ADAPTER
-from reconciler._mcp import to_call_tool_result
-from reconciler._problem import to_problem
-from reconciler._response import RawResponse
-from reconciler._webmcp import to_webmcp, to_webmcp_text
-from reconciler._wire import PARSE_LIMIT
+from writesafe.reconciler._causes import Untrusted
+from writesafe.reconciler._contract import CODES, Code, ErrorEnvelope, OperationInfo
+from writesafe.reconciler._http_preset import HTTP_ADAPTER
+from writesafe.reconciler._mcp import to_call_tool_result
+from writesafe.reconciler._problem import to_problem
+from writesafe.reconciler._response import RawResponse
+from writesafe.reconciler._webmcp import to_webmcp, to_webmcp_text
+from writesafe.reconciler._wire import PARSE_LIMIT
 
 VECTORS_SCHEMA = "writesafe.error/1 conformance vectors"
 

@@ -7,8 +7,8 @@ from typing import Any, Self
 
 from pydantic import BaseModel, ConfigDict
 
-from ledger import AttemptKind, AttemptRecord, OperationRecord, Status, loads_json
-from reconciler._contract import ErrorEnvelope, OperationInfo
+from writesafe.ledger import AttemptKind, AttemptRecord, OperationRecord, Status, loads_json
+from writesafe.reconciler._contract import ErrorEnvelope, OperationInfo
 
 
 class AttemptView(BaseModel):

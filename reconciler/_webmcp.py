@@ -12,10 +12,10 @@ import re
 from enum import StrEnum
 from typing import Any
 
-from reconciler._causes import Lost, Untrusted
-from reconciler._classify import Classification
-from reconciler._contract import CODES, Code, CodeRegistry, ErrorEnvelope, NextAction
-from reconciler._wire import Malformed, malformed, read_envelope
+from writesafe.reconciler._causes import Lost, Untrusted
+from writesafe.reconciler._classify import Classification
+from writesafe.reconciler._contract import CODES, Code, CodeRegistry, ErrorEnvelope, NextAction
+from writesafe.reconciler._wire import Malformed, malformed, read_envelope
 
 
 class WebMcpCode(StrEnum):

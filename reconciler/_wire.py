@@ -13,11 +13,11 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from reconciler._admission import disagreement, untrusted
-from reconciler._causes import Untrusted
-from reconciler._classify import Classification
-from reconciler._contract import CODES, CodeRegistry, ErrorEnvelope
-from reconciler._evidence import excerpt
+from writesafe.reconciler._admission import disagreement, untrusted
+from writesafe.reconciler._causes import Untrusted
+from writesafe.reconciler._classify import Classification
+from writesafe.reconciler._contract import CODES, CodeRegistry, ErrorEnvelope
+from writesafe.reconciler._evidence import excerpt
 
 PARSE_LIMIT = 1 << 20
 """Bytes of a body parsed as JSON at most; a larger body is evidence, not data."""

@@ -5,8 +5,8 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from idempotency import WriteSafe
-from reconciler.service import create_app, render_markdown
+from writesafe import WriteSafe
+from writesafe.service import create_app, render_markdown
 
 TARGET = Path(__file__).resolve().parents[1] / "docs" / "api.md"
 

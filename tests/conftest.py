@@ -20,7 +20,7 @@ import asyncpg
 import pytest
 from redis.asyncio import Redis
 
-from idempotency import WriteSafe
+from writesafe import WriteSafe
 
 PG_URL = os.environ.get(
     "WRITESAFE_TEST_DATABASE_URL", "postgresql+asyncpg://postgres@127.0.0.1:5432/test"

@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from idempotency import WriteSafe, WriteSafeError
+from writesafe import WriteSafe, WriteSafeError
 
 
 async def main(config: dict[str, Any]) -> None:

@@ -13,9 +13,9 @@ from typing import Any
 import httpx
 import pytest
 
-from idempotency import Found, LookupOperation, NotFound, Status, Tool, WriteSafe, WriteSafeError
-from ledger import Claim, Intent, OperationRecord, Outcome
-from reconciler import LookupResult
+from writesafe import Found, LookupOperation, NotFound, Status, Tool, WriteSafe, WriteSafeError
+from writesafe.ledger import Claim, Intent, OperationRecord, Outcome
+from writesafe.reconciler import LookupResult
 
 Order = dict[str, str]
 DEAD_WORKER = "dead-worker"

@@ -16,7 +16,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from idempotency import Found, LookupOperation, NotFound, WriteSafe, WriteSafeError
+from writesafe import Found, LookupOperation, NotFound, WriteSafe, WriteSafeError
 
 
 def effects(work: Path) -> list[str]:

@@ -16,7 +16,7 @@ import signal
 import sys
 from typing import Any
 
-from idempotency import WriteSafe, WriteSafeError, fenced_client
+from writesafe import WriteSafe, WriteSafeError, fenced_client
 
 
 async def main(config: dict[str, Any]) -> None:

@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from idempotency import WriteSafe, WriteSafeError, WriteSafeSettings
+from writesafe import WriteSafe, WriteSafeError, WriteSafeSettings
 
 
 def main(config: dict[str, Any]) -> None:

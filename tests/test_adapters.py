@@ -13,8 +13,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from ledger import ManualClock, dumps_json
-from reconciler import (
+from writesafe.ledger import ManualClock, dumps_json
+from writesafe.reconciler import (
     CODES,
     DEFAULT_ADAPTER,
     MAX_RETRY_AFTER_MS,

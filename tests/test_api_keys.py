@@ -10,11 +10,11 @@ from alembic.runtime.migration import MigrationContext
 from sqlalchemy import Connection, text
 from sqlalchemy.exc import IntegrityError
 
-from idempotency import WriteSafeError
-from ledger import ApiKeys, Base, Role, head_revision
-from ledger._migrations import VERSION_TABLE
-from reconciler.service import MAX_TOKEN_LENGTH, create_api_key, hash_token
 from tests.conftest import MakeWriteSafe
+from writesafe import WriteSafeError
+from writesafe.ledger import ApiKeys, Base, Role, head_revision
+from writesafe.ledger._migrations import VERSION_TABLE
+from writesafe.service import MAX_TOKEN_LENGTH, create_api_key, hash_token
 
 
 async def test_only_the_hash_is_stored_and_revocation_is_kept(make_ws: MakeWriteSafe) -> None:

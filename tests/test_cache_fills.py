@@ -9,9 +9,9 @@ from typing import Any
 import pytest
 from redis.asyncio import Redis
 
-from idempotency import Tool, WriteSafe
 from tests.conftest import REDIS_URL, MakeWriteSafe
 from tests.test_store_faults import echo_tool
+from writesafe import Tool, WriteSafe
 
 pytestmark = pytest.mark.parametrize("backend", ["postgres+redis"])
 

@@ -12,7 +12,7 @@ import uuid
 import pytest
 from pydantic import BaseModel
 
-from ledger import canonical_json
+from writesafe.ledger import canonical_json
 
 
 class Color(enum.Enum):

@@ -15,9 +15,9 @@ from pathlib import Path
 import pytest
 import redis
 
-from idempotency import Status, WriteSafe, idempotent_task
-from ledger import AttemptKind
 from tests.conftest import REDIS_URL
+from writesafe import Status, WriteSafe, idempotent_task
+from writesafe.ledger import AttemptKind
 
 ROOT = Path(__file__).resolve().parent.parent
 

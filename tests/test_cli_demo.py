@@ -6,7 +6,7 @@ import json
 
 from typer.testing import CliRunner
 
-from reconciler.cli import app
+from writesafe.cli import app
 
 
 def test_demo_runs_the_story_without_a_second_order() -> None:

@@ -13,15 +13,15 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner, Result
 
-from idempotency import ToolError, WriteSafe, WriteSafeError
-from ledger import head_revision
-from reconciler.cli import app
 from tests.conftest import PG_URL, run_sync
 from tests.conftest import _pg_execute as pg_execute
+from writesafe import ToolError, WriteSafe, WriteSafeError
+from writesafe.cli import app
+from writesafe.ledger import head_revision
 
 DOWN = "postgresql+asyncpg://postgres@127.0.0.1:1/none"  # nothing listens on port 1
 APP = """
-from idempotency import WriteSafe
+from writesafe import WriteSafe
 
 ws = WriteSafe("sqlite+aiosqlite:///writesafe.db")
 

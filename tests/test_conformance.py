@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from reconciler import (
+from writesafe.reconciler import (
     CODES,
     Classification,
     Code,
@@ -26,7 +26,7 @@ from reconciler import (
     to_webmcp,
     to_webmcp_text,
 )
-from reconciler._vectors import vectors
+from writesafe.reconciler._vectors import vectors
 
 VECTORS_FILE = Path(__file__).parent.parent / "docs" / "schema" / "writesafe.error.1.vectors.json"
 DOCUMENT: dict[str, Any] = json.loads(VECTORS_FILE.read_text())

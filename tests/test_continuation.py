@@ -7,7 +7,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from reconciler import (
+from writesafe.reconciler import (
     CODES,
     Code,
     CodeRegistry,

@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from reconciler import (
+from writesafe.reconciler import (
     BUILTIN_VERDICTS,
     CODES,
     HTTP_STATUS,

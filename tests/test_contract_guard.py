@@ -9,9 +9,10 @@ from typing import Any
 
 import pytest
 
-from idempotency import ToolError, WriteSafe, WriteSafeError
-from ledger import AttemptKind, ManualClock
-from reconciler import (
+from tests.conftest import MakeWriteSafe
+from writesafe import ToolError, WriteSafe, WriteSafeError
+from writesafe.ledger import AttemptKind, ManualClock
+from writesafe.reconciler import (
     CODES,
     Classification,
     Code,
@@ -23,7 +24,6 @@ from reconciler import (
     SideEffects,
     Untrusted,
 )
-from tests.conftest import MakeWriteSafe
 
 START = datetime(2026, 1, 1, tzinfo=UTC)
 

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from ledger import LEASE_EXPIRED, OperationRecord, Status
-from reconciler import (
+from writesafe.ledger import LEASE_EXPIRED, OperationRecord, Status
+from writesafe.reconciler import (
     CODES,
     Check,
     Code,

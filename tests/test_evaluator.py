@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 import yaml
 
-from reconciler._evaluator import (
+from writesafe.reconciler._evaluator import (
     CaseFile,
     PairRun,
     compare,

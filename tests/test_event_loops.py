@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from idempotency import WriteSafe
+from writesafe import WriteSafe
 
 BURST = 40  # more calls at once than the pools hold connections, so that some wait
 

@@ -22,10 +22,10 @@ from mcp.types import CallToolResult
 from examples.mcp_server import server
 from examples.mcp_server.server import create_server
 from examples.orders import downstream, gateway
-from idempotency import WriteSafe
-from reconciler import from_call_tool_result
 from tests.conftest import MakeWriteSafe
 from tests.loopback import on_loopback
+from writesafe import WriteSafe
+from writesafe.reconciler import from_call_tool_result
 
 ROOT = Path(__file__).resolve().parent.parent
 ORDER = {"sku": "A1", "quantity": 2, "postcode": "560001"}

@@ -16,11 +16,11 @@ import pytest
 from fastapi import FastAPI
 
 from examples.orders import downstream, gateway, shop
-from idempotency import REPLAYED_HEADER, Found, NotFound, WriteSafe
-from ledger import ManualClock
-from reconciler import PROBLEM_MEDIA_TYPE, from_problem
 from tests.conftest import MakeWriteSafe
 from tests.loopback import on_loopback
+from writesafe import REPLAYED_HEADER, Found, NotFound, WriteSafe
+from writesafe.ledger import ManualClock
+from writesafe.reconciler import PROBLEM_MEDIA_TYPE, from_problem
 
 ORDER = {"sku": "A1", "quantity": 2, "postcode": "560001"}
 SETTLE = 5.0

@@ -14,7 +14,8 @@ from fastapi import FastAPI, Form, Header, HTTPException
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel
 
-from idempotency import (
+from tests.conftest import MakeWriteSafe
+from writesafe import (
     REPLAYED_HEADER,
     Found,
     ToolError,
@@ -22,9 +23,8 @@ from idempotency import (
     add_problem_handlers,
     idempotent_route,
 )
-from ledger import ManualClock
-from reconciler import PROBLEM_MEDIA_TYPE, from_problem
-from tests.conftest import MakeWriteSafe
+from writesafe.ledger import ManualClock
+from writesafe.reconciler import PROBLEM_MEDIA_TYPE, from_problem
 
 
 class Order(BaseModel):

@@ -23,7 +23,9 @@ import httpx
 import pytest
 from fastapi import FastAPI, Header, Response
 
-from idempotency import (
+from tests.conftest import MakeWriteSafe
+from tests.loopback import on_loopback
+from writesafe import (
     FencedTransport,
     Found,
     LeaseLost,
@@ -34,8 +36,6 @@ from idempotency import (
     WriteSafeError,
     fenced_client,
 )
-from tests.conftest import MakeWriteSafe
-from tests.loopback import on_loopback
 
 ROOT = Path(__file__).resolve().parent.parent
 LEASE = 1.0

@@ -7,7 +7,7 @@ import logging
 
 import pytest
 
-from idempotency._fills import CacheFills
+from writesafe.idempotency._fills import CacheFills
 
 SLOT = ("default", "k")
 

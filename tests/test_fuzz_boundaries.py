@@ -19,9 +19,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from redis.asyncio import Redis
 
-from idempotency import ErrorEnvelope, WriteSafe, WriteSafeError
-from ledger import Status, loads_json
 from tests.conftest import PG_URL, REDIS_URL
+from writesafe import ErrorEnvelope, WriteSafe, WriteSafeError
+from writesafe.ledger import Status, loads_json
 
 # Text that is hostile to databases and JSON: controls, NUL, lone surrogates, RTL, emoji.
 hostile_text = st.text(

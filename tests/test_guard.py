@@ -10,11 +10,11 @@ import pytest
 from redis.asyncio import Redis
 from sqlalchemy import event
 
-from idempotency import Status, ToolError, WriteSafe, WriteSafeError, WriteSafeSettings
-from idempotency._redis_connections import RedisConnections
-from ledger import ManualClock
-from ledger._pg_writer import PostgresWriter
 from tests.conftest import MakeWriteSafe
+from writesafe import Status, ToolError, WriteSafe, WriteSafeError, WriteSafeSettings
+from writesafe.idempotency._redis_connections import RedisConnections
+from writesafe.ledger import ManualClock
+from writesafe.ledger._pg_writer import PostgresWriter
 
 
 class Shop:

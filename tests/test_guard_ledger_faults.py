@@ -13,9 +13,9 @@ from typing import Any
 import pytest
 from sqlalchemy.exc import OperationalError
 
-from idempotency import LookupOperation, NotFound, WriteSafeError
-from reconciler import LookupResult
 from tests.conftest import MakeWriteSafe
+from writesafe import LookupOperation, NotFound, WriteSafeError
+from writesafe.reconciler import LookupResult
 
 
 async def test_a_ledger_error_in_the_replay_gate_is_an_outcome_unknown_envelope(

@@ -9,9 +9,10 @@ from typing import Any
 import httpx
 import pytest
 
-from idempotency import WriteSafeError
-from ledger import ManualClock
-from reconciler import (
+from tests.conftest import MakeWriteSafe
+from writesafe import WriteSafeError
+from writesafe.ledger import ManualClock
+from writesafe.reconciler import (
     CODES,
     HTTP_ADAPTER,
     Code,
@@ -21,7 +22,6 @@ from reconciler import (
     Untrusted,
     http_adapter,
 )
-from tests.conftest import MakeWriteSafe
 
 N, U = SideEffects.NONE, SideEffects.UNKNOWN
 

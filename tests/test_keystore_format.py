@@ -6,8 +6,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from idempotency._keystore import CachedOutcome, LeaseState, RedisKeyStore
 from tests.conftest import REDIS_URL
+from writesafe.idempotency._keystore import CachedOutcome, LeaseState, RedisKeyStore
 
 printable = st.text(st.characters(min_codepoint=0x20, max_codepoint=0x7E), min_size=1)
 

@@ -1,48 +1,112 @@
-"""Imports point downward only: idempotency → reconciler → ledger."""
+"""Imports point downward only: writesafe/ (the entry floor) → idempotency → reconciler → ledger.
+
+Every module imports the packages by their installed names (`writesafe.ledger`, never bare `ledger`:
+other distributions on PyPI own the bare names). The entry floor, `writesafe/` (the public face, the
+CLI and the service), may import all three; `idempotency` must not import the floor (the public
+face imports it: that would be a cycle).
+"""
 
 from __future__ import annotations
 
 import ast
+import os
 from pathlib import Path
 
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-# Entry packages may import upward: they load the user's WriteSafe.
-ENTRY_PACKAGES = ("reconciler/cli", "reconciler/service")
-FORBIDDEN = {"ledger": {"idempotency", "reconciler"}, "reconciler": {"idempotency"}}
+BARE = {"idempotency", "reconciler", "ledger"}
+# layer -> what it must not import ("entry": writesafe itself, writesafe.cli, writesafe.service)
+FORBIDDEN = {
+    "ledger": {"idempotency", "reconciler", "entry"},
+    "reconciler": {"idempotency", "entry"},
+    "idempotency": {"entry"},
+}
+SKIPPED = {"build", "dist", "__pycache__", "node_modules"}  # and hidden ones: .git, .venv*
 
 
-def imported_packages(path: Path) -> set[str]:
+def python_files(directory: Path) -> list[Path]:
+    """The .py files under `directory`, not through the links in writesafe/ to the packages."""
+    found = []
+    for base, dirnames, filenames in os.walk(directory):
+        here = Path(base)
+        dirnames[:] = [
+            d
+            for d in dirnames
+            if d not in SKIPPED
+            and not d.startswith(".")
+            and not d.endswith(".egg-info")
+            and not (here / d).is_symlink()
+        ]
+        found.extend(here / f for f in filenames if f.endswith(".py"))
+    return sorted(found)
+
+
+def imported_modules(path: Path) -> set[str]:
+    """Absolute module names `path` imports, with `importlib.import_module("…")` strings."""
     tree = ast.parse(path.read_text(), filename=str(path))
     names: set[str] = set()
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
-            names.update(alias.name.split(".")[0] for alias in node.names)
+            names.update(alias.name for alias in node.names)
         elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-            names.add(node.module.split(".")[0])
+            names.add(node.module)
+            if node.module == "writesafe":
+                names.update(f"writesafe.{a.name}" for a in node.names if a.name in BARE)
+        elif (
+            isinstance(node, ast.Call)
+            and ast.unparse(node.func).endswith("import_module")
+            and node.args
+            and isinstance(node.args[0], ast.Constant)
+            and isinstance(node.args[0].value, str)
+        ):
+            names.add(node.args[0].value)
     return names
 
 
-def modules(package: str) -> list[Path]:
-    return [
-        path
-        for path in sorted((ROOT / package).rglob("*.py"))
-        if not str(path.relative_to(ROOT)).startswith(ENTRY_PACKAGES)
-    ]
+def layer(module: str) -> str | None:
+    parts = module.split(".")
+    if parts[0] != "writesafe":
+        return None
+    return parts[1] if len(parts) > 1 and parts[1] in BARE else "entry"
 
 
 @pytest.mark.parametrize("package", sorted(FORBIDDEN))
 def test_imports_point_downward(package: str) -> None:
     offenders = {
-        str(path.relative_to(ROOT)): sorted(imported_packages(path) & FORBIDDEN[package])
-        for path in modules(package)
-        if imported_packages(path) & FORBIDDEN[package]
+        str(path.relative_to(ROOT)): sorted(
+            m for m in imported_modules(path) if layer(m) in FORBIDDEN[package]
+        )
+        for path in python_files(ROOT / package)
     }
-    assert offenders == {}
+    assert {path: found for path, found in offenders.items() if found} == {}
 
 
-def test_the_checker_sees_an_upward_import(tmp_path: Path) -> None:
+def test_nothing_imports_a_bare_package_name() -> None:
+    offenders = {
+        str(path.relative_to(ROOT)): sorted(
+            m for m in imported_modules(path) if m.split(".")[0] in BARE
+        )
+        for path in python_files(ROOT)
+    }
+    assert {path: found for path, found in offenders.items() if found} == {}
+
+
+def test_the_checker_sees_upward_and_bare_imports(tmp_path: Path) -> None:
     module = tmp_path / "m.py"
-    module.write_text("from idempotency import WriteSafe\nimport reconciler.cli\n")
-    assert imported_packages(module) == {"idempotency", "reconciler"}
+    module.write_text(
+        "from writesafe import WriteSafe\n"
+        "import writesafe.cli\n"
+        "from writesafe.reconciler import ToolError\n"
+        "from ledger import Status\n"
+        "importlib.import_module('idempotency._fastapi')\n"
+    )
+    found = imported_modules(module)
+    assert found == {
+        "writesafe",
+        "writesafe.cli",
+        "writesafe.reconciler",
+        "ledger",
+        "idempotency._fastapi",
+    }
+    assert {layer(m) for m in found} == {"entry", "reconciler", None}

@@ -8,10 +8,10 @@ from typing import Any
 import pytest
 from sqlalchemy import Connection, inspect, select
 
-from ledger import Intent, Ledger, Outcome, Status
-from ledger._migrations import upgrade
-from ledger._writer import attempts, operations
 from tests.conftest import PG_URL
+from writesafe.ledger import Intent, Ledger, Outcome, Status
+from writesafe.ledger._migrations import upgrade
+from writesafe.ledger._writer import attempts, operations
 
 LEAN = {
     "ix_writesafe_operations_scope_updated",

@@ -5,11 +5,11 @@ from __future__ import annotations
 import asyncio
 import time
 
-from idempotency._fence import Fence
-from idempotency._guard import LEDGER_ERRORS
-from idempotency._leases import HeldLease, LeaseKeeper
-from ledger import Intent, Outcome, Status
 from tests.conftest import MakeWriteSafe
+from writesafe.idempotency._fence import Fence
+from writesafe.idempotency._guard import LEDGER_ERRORS
+from writesafe.idempotency._leases import HeldLease, LeaseKeeper
+from writesafe.ledger import Intent, Outcome, Status
 
 LEASE = 0.3
 

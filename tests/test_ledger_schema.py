@@ -11,10 +11,10 @@ from alembic.runtime.migration import MigrationContext
 from sqlalchemy import Connection
 from typer.testing import CliRunner
 
-from idempotency import WriteSafe
-from ledger import Base, Ledger, LedgerNotMigrated, head_revision
-from reconciler.cli import app
 from tests.conftest import PG_URL
+from writesafe import WriteSafe
+from writesafe.cli import app
+from writesafe.ledger import Base, Ledger, LedgerNotMigrated, head_revision
 
 
 def _differences(connection: Connection) -> list[object]:

@@ -13,15 +13,15 @@ from typing import Any
 import httpx
 import pytest
 
-from idempotency import (
+from tests.conftest import MakeWriteSafe
+from writesafe import (
     LookupOperation,
     NotFound,
     OperationFilter,
     WriteSafeError,
     configure_logging,
 )
-from reconciler import LookupResult
-from tests.conftest import MakeWriteSafe
+from writesafe.reconciler import LookupResult
 
 log = logging.getLogger("writesafe.shop")  # a child: its records reach the writesafe handler
 

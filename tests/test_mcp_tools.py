@@ -12,9 +12,9 @@ from mcp import Client
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.types import CallToolResult, TextContent
 
-from idempotency import ToolError, WriteSafe, add_mcp_tool
-from reconciler import from_call_tool_result
 from tests.conftest import MakeWriteSafe
+from writesafe import ToolError, WriteSafe, add_mcp_tool
+from writesafe.reconciler import from_call_tool_result
 
 
 class Shop:

@@ -17,10 +17,10 @@ from typing import Any
 
 import pytest
 
-from idempotency import Status, WriteSafe, WriteSafeError
-from ledger import Intent, LeaseHeld, ManualClock
 from tests.conftest import MakeWriteSafe
 from tests.skewed_worker import effects, register
+from writesafe import Status, WriteSafe, WriteSafeError
+from writesafe.ledger import Intent, LeaseHeld, ManualClock
 
 pytestmark = pytest.mark.slow
 ROOT = Path(__file__).resolve().parent.parent

@@ -14,8 +14,8 @@ from typing import Any
 
 import pytest
 
-from idempotency import Status, WriteSafe, WriteSafeError
 from tests.conftest import PG_URL, REDIS_URL
+from writesafe import Status, WriteSafe, WriteSafeError
 
 pytestmark = pytest.mark.slow
 ROOT = Path(__file__).resolve().parent.parent

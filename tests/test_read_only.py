@@ -11,10 +11,10 @@ from mcp import Client
 from mcp.server.mcpserver import MCPServer
 
 from examples.shipment_lookup.adapter import SHIPMENT_ADAPTER
-from idempotency import WriteSafe, WriteSafeError, add_mcp_tool
-from ledger import ManualClock
-from reconciler import DownstreamError
 from tests.conftest import MakeWriteSafe
+from writesafe import WriteSafe, WriteSafeError, add_mcp_tool
+from writesafe.ledger import ManualClock
+from writesafe.reconciler import DownstreamError
 
 START = datetime(2026, 1, 1, tzinfo=UTC)
 

@@ -6,9 +6,6 @@ import asyncio
 
 import pytest
 
-from idempotency import Found, LookupOperation, NotFound, Status, Unknown, WriteSafeError
-from ledger import AttemptKind, ManualClock
-from reconciler import LookupResult
 from tests.conftest import MakeWriteSafe
 from tests.reconcile_support import (
     Shop,
@@ -18,6 +15,9 @@ from tests.reconcile_support import (
     unknown_evidence,
     unknown_outcome,
 )
+from writesafe import Found, LookupOperation, NotFound, Status, Unknown, WriteSafeError
+from writesafe.ledger import AttemptKind, ManualClock
+from writesafe.reconciler import LookupResult
 
 
 async def test_hit_returns_the_found_result_without_executing(make_ws: MakeWriteSafe) -> None:

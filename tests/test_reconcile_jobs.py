@@ -7,7 +7,16 @@ from typing import Any
 
 import pytest
 
-from idempotency import (
+from tests.conftest import MakeWriteSafe
+from tests.reconcile_support import (
+    Shop,
+    claimed_by_a_dead_worker,
+    late_failure_report,
+    order_tool,
+    unknown_evidence,
+    unknown_outcome,
+)
+from writesafe import (
     LookupOperation,
     NotFound,
     OperationNotFound,
@@ -19,17 +28,8 @@ from idempotency import (
     WriteSafeError,
     WriteSafeSettings,
 )
-from ledger import AttemptKind, ManualClock
-from reconciler import LookupResult
-from tests.conftest import MakeWriteSafe
-from tests.reconcile_support import (
-    Shop,
-    claimed_by_a_dead_worker,
-    late_failure_report,
-    order_tool,
-    unknown_evidence,
-    unknown_outcome,
-)
+from writesafe.ledger import AttemptKind, ManualClock
+from writesafe.reconciler import LookupResult
 
 
 def budget(max_checks: int = 3, **more: Any) -> WriteSafeSettings:

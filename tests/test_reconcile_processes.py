@@ -22,11 +22,11 @@ from typing import IO, Any
 import pytest
 from sqlalchemy import func, insert, select
 
-from idempotency import Status
-from ledger import Attempt, AttemptKind, Ledger, Operation, dumps_json
-from reconciler._single import SingleWorkerLock
 from tests.apps.shop_db import ShopDB
 from tests.conftest import PG_URL, run_sync
+from writesafe import Status
+from writesafe.ledger import Attempt, AttemptKind, Ledger, Operation, dumps_json
+from writesafe.reconciler._single import SingleWorkerLock
 
 ROOT = Path(__file__).resolve().parent.parent
 WRITESAFE = Path(sys.executable).with_name("writesafe")

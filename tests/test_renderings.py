@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from mcp_types import CallToolResult, TextContent
 
-from reconciler import (
+from writesafe.reconciler import (
     CODES,
     HTTP_STATUS,
     PROBLEM_MEDIA_TYPE,
@@ -34,7 +34,7 @@ from reconciler import (
     to_webmcp,
     to_webmcp_text,
 )
-from reconciler._vectors import emitted
+from writesafe.reconciler._vectors import emitted
 
 ALL = [e for e in emitted() if e.cause is None]  # OUTCOME_UNKNOWN's causes: tested below
 

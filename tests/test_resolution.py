@@ -16,12 +16,12 @@ import pytest
 from fastapi import FastAPI
 from typer.testing import CliRunner
 
-from idempotency import REPLAYED_HEADER, WriteSafe, WriteSafeError, idempotent_route
-from ledger import ApiKeys, Role, Status
-from reconciler.cli import app as cli_app
-from reconciler.service import create_api_key, create_app
 from tests.conftest import run_sync
 from tests.service.support import assert_problem
+from writesafe import REPLAYED_HEADER, WriteSafe, WriteSafeError, idempotent_route
+from writesafe.cli import app as cli_app
+from writesafe.ledger import ApiKeys, Role, Status
+from writesafe.service import create_api_key, create_app
 
 EVIDENCE = {"order": "ord-77", "checked": "the shop's back office"}
 

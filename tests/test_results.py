@@ -17,10 +17,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from redis.asyncio import Redis
 
-from idempotency import Status, WriteSafe, WriteSafeError, WriteSafeSettings
-from ledger import AttemptKind
-from reconciler import Code
 from tests.conftest import REDIS_URL, MakeWriteSafe
+from writesafe import Status, WriteSafe, WriteSafeError, WriteSafeSettings
+from writesafe.ledger import AttemptKind
+from writesafe.reconciler import Code
 
 
 class Opaque:

@@ -19,11 +19,11 @@ import pytest
 from sqlalchemy import func, select, update
 from typer.testing import CliRunner
 
-from idempotency import WriteSafe
-from ledger import Intent, Outcome, Status, prune
-from ledger._writer import attempts, operations
-from reconciler.cli import app
 from tests.conftest import MakeWriteSafe, run_sync
+from writesafe import WriteSafe
+from writesafe.cli import app
+from writesafe.ledger import Intent, Outcome, Status, prune
+from writesafe.ledger._writer import attempts, operations
 
 ROOT = Path(__file__).resolve().parent.parent
 WRITESAFE = Path(sys.executable).with_name("writesafe")

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from tenacity import RetryCallState
 
-from reconciler import CODES, Code, RetryPolicy, defer
+from writesafe.reconciler import CODES, Code, RetryPolicy, defer
 
 
 def state(since_start: float, upcoming_sleep: float) -> RetryCallState:

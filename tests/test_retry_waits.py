@@ -9,10 +9,17 @@ from typing import Any
 import httpx
 import pytest
 
-from idempotency import Status, WriteSafe, WriteSafeError
-from ledger import AttemptKind, SystemClock
-from reconciler import Code, DownstreamError, ResponseAdapter, RetryPolicy, Rule, SideEffects
 from tests.conftest import MakeWriteSafe
+from writesafe import Status, WriteSafe, WriteSafeError
+from writesafe.ledger import AttemptKind, SystemClock
+from writesafe.reconciler import (
+    Code,
+    DownstreamError,
+    ResponseAdapter,
+    RetryPolicy,
+    Rule,
+    SideEffects,
+)
 
 BUSY = ResponseAdapter(name="shop", version="1", rules=(Rule(Code.TEMP_UNAVAILABLE, status=503),))
 

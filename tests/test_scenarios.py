@@ -16,8 +16,8 @@ from typer.testing import CliRunner
 
 from examples.orders.scenario import runner as orders_runner
 from examples.shipment_lookup.scenario import runner as shipment_runner
-from reconciler._evaluator import CaseFile, PairRun, Report, evaluate
-from reconciler.cli import app
+from writesafe.cli import app
+from writesafe.reconciler._evaluator import CaseFile, PairRun, Report, evaluate
 
 ROOT = Path(__file__).resolve().parent.parent
 SCENARIOS = Path(os.environ.get("WRITESAFE_SCENARIOS", ROOT.parent / "shared" / "scenarios"))

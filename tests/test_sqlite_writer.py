@@ -8,8 +8,8 @@ from pathlib import Path
 
 from sqlalchemy import func, select
 
-from ledger import Intent, Ledger
-from ledger._writer import attempts, operations
+from writesafe.ledger import Intent, Ledger
+from writesafe.ledger._writer import attempts, operations
 
 THREAD_PREFIX = "writesafe-sqlite"
 

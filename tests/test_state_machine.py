@@ -17,7 +17,7 @@ from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
-from ledger import (
+from writesafe.ledger import (
     TRANSITIONS,
     IllegalTransition,
     Intent,

@@ -11,12 +11,12 @@ import pytest
 from prometheus_client import REGISTRY
 from sqlalchemy import text
 
-from idempotency import Status, Tool, WriteSafe, WriteSafeError
-from idempotency._keystore import CachedOutcome, LeaseState, RedisKeyStore
-from idempotency._redis_connections import pack
-from ledger import ManualClock
-from ledger._pg_writer import PostgresWriter
 from tests.conftest import PG_URL, REDIS_URL, MakeWriteSafe
+from writesafe import Status, Tool, WriteSafe, WriteSafeError
+from writesafe.idempotency._keystore import CachedOutcome, LeaseState, RedisKeyStore
+from writesafe.idempotency._redis_connections import pack
+from writesafe.ledger import ManualClock
+from writesafe.ledger._pg_writer import PostgresWriter
 
 
 def echo_tool(ws: WriteSafe) -> tuple[Tool[int], list[int]]:

@@ -15,7 +15,8 @@ from typing import Any
 
 import pytest
 
-from idempotency import (
+from tests.conftest import MakeWriteSafe
+from writesafe import (
     Found,
     LookupOperation,
     NotFound,
@@ -25,7 +26,6 @@ from idempotency import (
     ToolError,
     WriteSafeError,
 )
-from tests.conftest import MakeWriteSafe
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -20,7 +20,9 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import StatusCode
 
-from idempotency import (
+from tests.conftest import MakeWriteSafe
+from tests.reconcile_support import Shop, order_tool
+from writesafe import (
     ToolError,
     WriteSafeError,
     fenced_client,
@@ -28,8 +30,6 @@ from idempotency import (
     instrument_tracing,
     uninstrument_tracing,
 )
-from tests.conftest import MakeWriteSafe
-from tests.reconcile_support import Shop, order_tool
 
 
 @pytest.fixture
@@ -214,7 +214,7 @@ def test_without_opentelemetry_calls_work_and_tracing_says_what_to_install(
                     raise ModuleNotFoundError(f"No module named {{name!r}}")
 
         sys.meta_path.insert(0, NoOpenTelemetry())
-        from idempotency import WriteSafe, instrument_tracing
+        from writesafe import WriteSafe, instrument_tracing
 
         async def main():
             async with WriteSafe("sqlite+aiosqlite:///{tmp_path / "l.db"}") as ws:

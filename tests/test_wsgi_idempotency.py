@@ -18,8 +18,8 @@ from typing import Any
 import httpx
 import pytest
 
-from idempotency import REPLAYED_HEADER, WriteSafe
 from tests.apps import wsgi_shops
+from writesafe import REPLAYED_HEADER, WriteSafe
 
 ROOT = Path(__file__).resolve().parent.parent
 

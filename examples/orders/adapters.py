@@ -10,7 +10,7 @@ adapter3 is the HTTP preset with the order service's exact rules ahead of it: th
 
 from __future__ import annotations
 
-from reconciler import Code, ResponseAdapter, Rule, http_adapter
+from writesafe.reconciler import Code, ResponseAdapter, Rule, http_adapter
 
 _POSTCODE_422 = Rule(
     Code.INPUT_INVALID, status=422, body={"code": "POSTCODE_INVALID"}, field_from="field"

@@ -14,8 +14,8 @@ from typing import Any, Protocol
 import httpx
 from pydantic import BaseModel
 
-from idempotency import FencedTransport, Found, NotFound, OperationContext, Unknown
-from reconciler import LookupResult, http_adapter
+from writesafe import FencedTransport, Found, NotFound, OperationContext, Unknown
+from writesafe.reconciler import LookupResult, http_adapter
 
 ADAPTER = http_adapter("order-service", "2")
 """The HTTP preset: 422 {"code": ..., "field": ...} is INPUT_INVALID naming the field, 503 with

@@ -19,7 +19,7 @@ from examples._sandbox import executions, sandbox
 from examples.orders.adapters import adapter1, adapter2, adapter3
 from examples.orders.backends import OrderService, backend1, backend2
 from examples.orders.gateway import client
-from idempotency import (
+from writesafe import (
     Found,
     LookupOperation,
     NotFound,
@@ -28,7 +28,7 @@ from idempotency import (
     WriteSafe,
     WriteSafeError,
 )
-from reconciler import Adapter, AttemptView
+from writesafe.reconciler import Adapter, AttemptView
 
 MAX_EXECUTIONS = 3
 

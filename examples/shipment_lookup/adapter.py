@@ -8,7 +8,7 @@ UNKNOWN_ERROR (no retry, raw response kept) but needs no reconciliation.
 
 from __future__ import annotations
 
-from reconciler import Code, ResponseAdapter, Rule, SideEffects, Untrusted
+from writesafe.reconciler import Code, ResponseAdapter, Rule, SideEffects, Untrusted
 
 SHIPMENT_ADAPTER = ResponseAdapter(
     name="shipment-lookup",

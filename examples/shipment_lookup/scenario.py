@@ -24,8 +24,8 @@ from examples.shipment_lookup.dependency import (
     VALID_TOKEN,
     ShipmentService,
 )
-from idempotency import WriteSafe, WriteSafeError
-from reconciler import Adapter, ErrorEnvelope
+from writesafe import WriteSafe, WriteSafeError
+from writesafe.reconciler import Adapter, ErrorEnvelope
 
 MAX_EXECUTIONS = 3
 MAX_RENEWALS = 1

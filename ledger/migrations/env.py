@@ -2,8 +2,8 @@
 
 from alembic import context
 
-from ledger._migrations import VERSION_TABLE
-from ledger._models import Base
+from writesafe.ledger._migrations import VERSION_TABLE
+from writesafe.ledger._models import Base
 
 connection = context.config.attributes.get("connection")
 if connection is None:

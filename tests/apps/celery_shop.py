@@ -17,7 +17,7 @@ from typing import Any
 
 from celery import Celery
 
-from idempotency import Found, LookupOperation, NotFound, WriteSafe, idempotent_task
+from writesafe import Found, LookupOperation, NotFound, WriteSafe, idempotent_task
 
 WORK = Path(os.environ["WRITESAFE_SHOP_WORK"])
 VISIBILITY_TIMEOUT = 3  # seconds before Redis hands an unacknowledged task to another worker

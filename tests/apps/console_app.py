@@ -8,8 +8,8 @@ from typing import Any
 
 import httpx
 
-from idempotency import LookupOperation, Tool, ToolError, Unknown, WriteSafe
-from reconciler import LookupResult
+from writesafe import LookupOperation, Tool, ToolError, Unknown, WriteSafe
+from writesafe.reconciler import LookupResult
 
 
 async def find_order(op: LookupOperation) -> LookupResult:

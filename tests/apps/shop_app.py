@@ -10,9 +10,9 @@ import os
 from pathlib import Path
 from typing import Any
 
-from idempotency import Found, LookupOperation, NotFound, WriteSafe
-from reconciler import LookupResult
 from tests.apps.shop_db import ShopDB
+from writesafe import Found, LookupOperation, NotFound, WriteSafe
+from writesafe.reconciler import LookupResult
 
 shop = ShopDB(
     os.environ["SHOP_DATABASE_URL"], schema=os.environ.get("SHOP_SCHEMA") or None, pooled=True

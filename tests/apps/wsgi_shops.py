@@ -18,7 +18,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from idempotency import WriteSafe
+from writesafe import WriteSafe
 
 SLOW_WAIT_TIMEOUT = 0.3  # how long a duplicate of a running /slow waits before its 409
 RELEASE_SECONDS = 20.0
@@ -56,7 +56,7 @@ def _work_from_env() -> Path:
 def flask_app(work: Path | None = None) -> Any:
     from flask import Flask, request
 
-    from idempotency import idempotent_flask_view
+    from writesafe import idempotent_flask_view
 
     shop = Shop(work or _work_from_env())
     app = Flask(__name__)
@@ -95,7 +95,7 @@ def configure_django(work: Path) -> None:
     from django.conf import settings
     from django.http import HttpRequest, JsonResponse
 
-    from idempotency import idempotent_django_view
+    from writesafe import idempotent_django_view
 
     if not settings.configured:
         settings.configure(

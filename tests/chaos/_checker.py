@@ -17,8 +17,8 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
-from ledger import Status, loads_json
 from tests.chaos._plan import Plan
+from writesafe.ledger import Status, loads_json
 
 VIOLATIONS = (
     "duplicates",

@@ -30,12 +30,12 @@ from typing import Any
 import asyncpg
 import httpx
 
-from ledger import Ledger, Status
 from tests.chaos._checker import LedgerRow, Verdict, check, shop_state
 from tests.chaos._plan import DriverFault, Plan, order_refs, plan_to_json
 from tests.chaos._skew import skewed
 from tests.chaos._stalls import Stalls
 from tests.chaos._worker import read_journal
+from writesafe.ledger import Ledger, Status
 
 PG_URL = os.environ.get(
     "WRITESAFE_TEST_DATABASE_URL", "postgresql+asyncpg://postgres@127.0.0.1:5432/test"
@@ -515,7 +515,7 @@ async def run_chaos(
 
 
 def _start_reconciler(run_dir: Path, n: int, env: dict[str, str]) -> subprocess.Popen[bytes]:
-    command = "from reconciler.cli import main; main()"
+    command = "from writesafe.cli import main; main()"
     return subprocess.Popen(
         [
             sys.executable,

@@ -21,9 +21,9 @@ from collections import Counter
 from pathlib import Path
 from typing import Any, TextIO
 
-from idempotency import ErrorEnvelope, WriteSafeError
 from tests.chaos._plan import order_refs
 from tests.chaos.app import PLAN, submit_order, ws
+from writesafe import ErrorEnvelope, WriteSafeError
 
 MAX_TRIES = 25
 MAX_SLEEP_SECONDS = 2.0

@@ -19,9 +19,9 @@ from typing import Any
 
 import httpx
 
-from idempotency import WriteSafe, current_operation, fenced_client
-from reconciler import Found, LookupOperation, LookupResult, NotFound, ToolError, Unknown
 from tests.chaos._plan import Plan, StallPoint, plan_from_json
+from writesafe import WriteSafe, current_operation, fenced_client
+from writesafe.reconciler import Found, LookupOperation, LookupResult, NotFound, ToolError, Unknown
 
 PLAN = plan_from_json(os.environ["CHAOS_PLAN"]) if "CHAOS_PLAN" in os.environ else Plan(seed=0)
 TIMINGS = PLAN.timings

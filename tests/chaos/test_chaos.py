@@ -8,10 +8,10 @@ from collections import Counter
 
 import pytest
 
-from ledger import Status
 from tests.chaos._checker import VIOLATIONS, LedgerRow, check
 from tests.chaos._harness import run_chaos
 from tests.chaos._plan import DriverFault, Fault, Plan
+from writesafe import Status
 
 SEED = 20261206
 ORDERS = 40

@@ -6,9 +6,9 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from reconciler.service import create_app
 from tests.conftest import MakeWriteSafe
 from tests.service.support import Service, issue_keys, served
+from writesafe.service import create_app
 
 
 @pytest.fixture(params=["asgi", "uvicorn"])

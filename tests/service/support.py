@@ -11,12 +11,12 @@ from typing import Any
 import httpx
 from fastapi import FastAPI
 
-from idempotency import Found, ToolError, Unknown, WriteSafe
-from ledger import ApiKeys, Role, Status
-from reconciler import PROBLEM_MEDIA_TYPE
-from reconciler.service import create_api_key
-from reconciler.service._problems import SERVICE_CODES
 from tests.loopback import on_loopback
+from writesafe import Found, ToolError, Unknown, WriteSafe
+from writesafe.ledger import ApiKeys, Role, Status
+from writesafe.reconciler import PROBLEM_MEDIA_TYPE
+from writesafe.service import create_api_key
+from writesafe.service._problems import SERVICE_CODES
 
 SCOPES = ("tenant-a", "tenant-b")
 

@@ -23,11 +23,11 @@ import httpx
 import pytest
 from typer.testing import CliRunner, Result
 
-from reconciler.cli import app as cli_app
 from tests.conftest import PG_URL
+from writesafe.cli import app as cli_app
 
 APP = """
-from idempotency import WriteSafe
+from writesafe import WriteSafe
 
 ws = WriteSafe("sqlite+aiosqlite:///{db}")
 
@@ -72,7 +72,7 @@ def free_port() -> int:
 def server(project: Project) -> Iterator[str]:
     """`writesafe serve <app> --host 127.0.0.1 --port <free>` in its own process."""
     port = free_port()
-    command = [sys.executable, "-c", "from reconciler.cli import main; main()", "serve"]
+    command = [sys.executable, "-c", "from writesafe.cli import main; main()", "serve"]
     process = subprocess.Popen(
         [*command, f"{project.module}:ws", "--host", "127.0.0.1", "--port", str(port)],
         cwd=project.path,
@@ -171,7 +171,7 @@ def test_keys_and_serve_explain_a_wrong_app_path(project: Project) -> None:
 
 def test_keys_and_serve_exit_3_when_the_database_is_unreachable(project: Project) -> None:
     down = project.write(
-        "from idempotency import WriteSafe\n"
+        "from writesafe import WriteSafe\n"
         "ws = WriteSafe('postgresql+asyncpg://postgres@127.0.0.1:1/none')\n",
         "_down",
     )
@@ -186,7 +186,7 @@ def test_keys_and_serve_exit_3_when_the_database_is_unreachable(project: Project
 @pytest.mark.postgres
 def test_serve_and_keys_refuse_an_unmigrated_schema(project: Project, pg_schema: str) -> None:
     env = {"WRITESAFE_DATABASE_URL": PG_URL, "WRITESAFE_DB_SCHEMA": pg_schema}
-    bare = project.write("from idempotency import WriteSafe\nws = WriteSafe()\n", "_pg")
+    bare = project.write("from writesafe import WriteSafe\nws = WriteSafe()\n", "_pg")
     served = project.cli("serve", f"{bare}:ws", "--port", str(free_port()), env=env)
     assert served.exit_code == 1
     assert "writesafe db upgrade" in served.stderr

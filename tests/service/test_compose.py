@@ -18,9 +18,9 @@ import yaml
 from sqlalchemy.engine import make_url
 from typer.core import TyperGroup
 
-from idempotency import WriteSafe, WriteSafeSettings
-from reconciler.cli import app as cli_app
-from reconciler.service import create_app
+from writesafe import WriteSafe, WriteSafeSettings
+from writesafe.cli import app as cli_app
+from writesafe.service import create_app
 
 ROOT = Path(__file__).resolve().parents[2]
 COMPOSE = ROOT / "compose.yaml"
@@ -164,6 +164,6 @@ def test_the_image_runs_the_console_script() -> None:
     dockerfile = (ROOT / "Dockerfile").read_text()
     assert 'ENTRYPOINT ["writesafe"]' in dockerfile
     scripts = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["scripts"]
-    assert scripts["writesafe"] == "reconciler.cli:main"
+    assert scripts["writesafe"] == "writesafe.cli:main"
     assert re.search(r"^RUN pip install \.", dockerfile, re.MULTILINE)
     assert re.search(r"^USER (?!root)\w+", dockerfile, re.MULTILINE)

@@ -10,9 +10,9 @@ from datetime import UTC, datetime, timedelta
 import httpx
 import pytest
 
-from ledger import ApiKeys, Role, Status
-from reconciler.service._console_chart import HEIGHT, hourly_chart
 from tests.service.support import Service, seed
+from writesafe.ledger import ApiKeys, Role, Status
+from writesafe.service._console_chart import HEIGHT, hourly_chart
 
 
 @contextlib.asynccontextmanager

@@ -24,12 +24,12 @@ import httpx
 import pytest
 from sqlalchemy import text
 
-from idempotency import WriteSafe
-from ledger import Role, Status
 from tests.apps.console_app import register
 from tests.conftest import PG_URL, REDIS_URL, run_sync
 from tests.service.support import issue_keys
 from tests.service.test_cli import free_port
+from writesafe import WriteSafe
+from writesafe.ledger import Role, Status
 
 CHROMIUM = Path("/usr/bin/chromium")
 CHROMEDRIVER = Path("/usr/bin/chromedriver")
@@ -125,7 +125,7 @@ def deployment(pg_schema: str, redis_prefix: str) -> Iterator[Deployment]:
         "WRITESAFE_REDIS_URL": REDIS_URL,
         "WRITESAFE_REDIS_PREFIX": redis_prefix,
     }
-    command = [sys.executable, "-c", "from reconciler.cli import main; main()", "serve"]
+    command = [sys.executable, "-c", "from writesafe.cli import main; main()", "serve"]
     process = subprocess.Popen(
         [*command, "tests.apps.console_app:ws", "--port", str(port), "--log-level", "warning"],
         cwd=ROOT,

@@ -9,11 +9,11 @@ import struct
 import httpx
 from pydantic import SecretStr
 
-from idempotency import WriteSafe
-from ledger import Role
-from reconciler.service import ServiceSettings, create_app
 from tests.conftest import MakeWriteSafe
 from tests.service.support import SCOPES, Service, assert_problem, issue_keys, served
+from writesafe import WriteSafe
+from writesafe.ledger import Role
+from writesafe.service import ServiceSettings, create_app
 
 A, B = SCOPES
 

@@ -14,11 +14,11 @@ import httpx
 import psutil
 import pytest
 
-from idempotency import WriteSafeSettings
-from ledger import Role
-from reconciler.service import ServiceSettings, create_app
 from tests.conftest import PG_URL, MakeWriteSafe, asyncpg_dsn
 from tests.service.support import SCOPES, issue_keys, seed, served
+from writesafe import WriteSafeSettings
+from writesafe.ledger import Role
+from writesafe.service import ServiceSettings, create_app
 
 A = SCOPES[0]
 _PG_PORT = 5432

@@ -11,11 +11,11 @@ from datetime import datetime
 
 import pytest
 
-from idempotency import WriteSafe
-from ledger import ApiKeys, Role
-from reconciler.service import create_app
 from tests.conftest import PG_URL
 from tests.service.support import SCOPES, Service, assert_problem, issue_keys, seed, served
+from writesafe import WriteSafe
+from writesafe.ledger import ApiKeys, Role
+from writesafe.service import create_app
 
 A, B = SCOPES
 READER, OPERATOR, ADMIN = Role.READER, Role.OPERATOR, Role.ADMIN

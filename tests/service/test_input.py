@@ -11,10 +11,10 @@ from typing import Any
 import httpx
 import pytest
 
-from idempotency import MAX_KEY_LENGTH
-from ledger import ApiKeys, Role, Status
-from reconciler.service import ServiceSettings, create_api_key
 from tests.service.support import SCOPES, Service, assert_problem, seed
+from writesafe import MAX_KEY_LENGTH
+from writesafe.ledger import ApiKeys, Role, Status
+from writesafe.service import ServiceSettings, create_api_key
 
 A, _ = SCOPES
 OPERATOR, READER = Role.OPERATOR, Role.READER

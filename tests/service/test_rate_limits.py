@@ -9,10 +9,10 @@ import httpx
 import pytest
 from pydantic import ValidationError
 
-from ledger import Role
-from reconciler.service import ServiceSettings, create_app
 from tests.conftest import MakeWriteSafe
 from tests.service.support import SCOPES, assert_problem, issue_keys, served
+from writesafe.ledger import Role
+from writesafe.service import ServiceSettings, create_app
 
 A, B = SCOPES
 UNKNOWN_KEY = "wsk_0123456789ab_" + "x" * 43

@@ -15,13 +15,13 @@ import httpx
 import pytest
 from sqlalchemy import select
 
-from idempotency import ToolError, Unknown, WriteSafe, WriteSafeError
-from ledger import Role
-from ledger._models import Base
-from reconciler import REDACTED, redact_text
-from reconciler.service import create_app
 from tests.conftest import MakeWriteSafe
 from tests.service.support import SCOPES, issue_keys, served
+from writesafe import ToolError, Unknown, WriteSafe, WriteSafeError
+from writesafe.ledger import Role
+from writesafe.ledger._models import Base
+from writesafe.reconciler import REDACTED, redact_text
+from writesafe.service import create_app
 
 A = SCOPES[0]
 SECRET = "sk_live_51HqLyjWDarjtT1zdp7dcXzYq"
@@ -160,7 +160,7 @@ def test_built_in_rules(text: str, secret: str) -> None:
         "the order ord-7 failed: postcode is not served",
         "request 3f2b8a1c-1d2e-4f5a-9b8c-7d6e5f4a3b2c timed out after 5.0s",
         "POST https://h.test/v1/orders returned 502",
-        "reconciler.service._operations raised ConnectionResetError",
+        "writesafe.service._operations raised ConnectionResetError",
     ],
 )
 def test_text_without_secrets_is_kept(text: str) -> None:

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from ledger import AttemptKind, Role, Status
 from tests.service.support import SCOPES, Service, assert_problem, seed
+from writesafe.ledger import AttemptKind, Role, Status
 
 A, B = SCOPES
 

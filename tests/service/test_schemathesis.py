@@ -21,10 +21,10 @@ import schemathesis
 import uvicorn
 from schemathesis.checks import positive_data_acceptance
 
-from idempotency import WriteSafe
-from ledger import Role
-from reconciler.service import ServiceSettings, create_app
 from tests.service.support import SCOPES, issue_keys, seed
+from writesafe import WriteSafe
+from writesafe.ledger import Role
+from writesafe.service import ServiceSettings, create_app
 
 CONFIG = schemathesis.Config.from_dict(
     {

@@ -1,0 +1,87 @@
+"""`writesafe serve APP`: the HTTP service (status, listing, reconciliation, resolution) on uvicorn.
+
+The ledger is checked before the port opens, so a wrong URL or an unmigrated schema stops the
+command with its exit code instead of a service that answers 503 to everything.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import signal
+from collections.abc import Iterator
+from typing import Annotated
+
+import typer
+import uvicorn
+
+from writesafe.cli._loading import load_app
+from writesafe.cli._options import AppArgument
+from writesafe.cli._runner import run
+from writesafe.idempotency import WriteSafe, configure_logging
+from writesafe.service import create_app
+
+HostOption = Annotated[
+    str,
+    typer.Option("--host", envvar="WRITESAFE_HOST", help="Interface to listen on (0.0.0.0: all)."),
+]
+PortOption = Annotated[
+    int, typer.Option("--port", envvar="WRITESAFE_PORT", min=1, max=65535, help="TCP port.")
+]
+LogLevelOption = Annotated[
+    str,
+    typer.Option(
+        "--log-level",
+        help="uvicorn's log level: critical, error, warning, info, debug, trace.",
+    ),
+]
+
+JsonLogsOption = Annotated[
+    bool,
+    typer.Option(
+        "--json-logs",
+        envvar="WRITESAFE_JSON_LOGS",
+        help="writesafe's own log lines (INFO and up) as JSON, with each operation's key and tool.",
+    ),
+]
+
+
+class _Server(uvicorn.Server):
+    """uvicorn re-raises SIGTERM after its graceful shutdown, which kills the process before the
+    ledger is closed; the command stops the server on its own signal handlers instead."""
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        yield
+
+    def stop(self) -> None:
+        # The first signal drains the connections; a second one stops at once.
+        self.force_exit = self.should_exit
+        self.should_exit = True
+
+
+def serve(
+    app: AppArgument,
+    host: HostOption = "127.0.0.1",
+    port: PortOption = 8000,
+    log_level: LogLevelOption = "info",
+    json_logs: JsonLogsOption = False,
+) -> None:
+    """Serve the HTTP API for your WriteSafe until SIGINT/SIGTERM (API keys: `writesafe keys`).
+    Exit 3 if the ledger cannot be reached, 1 if its schema is not current."""
+    ws = load_app(app)
+    if json_logs:
+        configure_logging(json=True)
+    config = uvicorn.Config(
+        create_app(ws), host=host, port=port, log_level=log_level.lower(), server_header=False
+    )
+
+    async def serve_until_stopped(ws: WriteSafe) -> None:
+        server = _Server(config)
+        loop = asyncio.get_running_loop()
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(signum, server.stop)
+        await ws.start()
+        await server.serve()
+
+    run(ws, serve_until_stopped, may_create=True)

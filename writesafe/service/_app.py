@@ -1,0 +1,100 @@
+"""The application factory: one `WriteSafe` in, one FastAPI application out."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from fastapi import Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from redis.exceptions import RedisError
+from sqlalchemy.exc import SQLAlchemyError
+from starlette.exceptions import HTTPException
+
+from writesafe.idempotency import WriteSafe, WriteSafeError
+from writesafe.ledger import ApiKeys, LedgerNotMigrated
+from writesafe.service._auth import Authenticator, require_admin, require_operator
+from writesafe.service._console import console_router
+from writesafe.service._context import ServiceContext
+from writesafe.service._cursor import Cursors
+from writesafe.service._health import health_router
+from writesafe.service._limits import BodyLimit
+from writesafe.service._metrics import RequestMetrics
+from writesafe.service._openapi import OVERVIEW, ServiceApp
+from writesafe.service._operations import operations_router
+from writesafe.service._problems import (
+    envelope_error,
+    http_error,
+    problem_response,
+    unavailable,
+    validation_error,
+)
+from writesafe.service._rate_limits import RateLimits
+from writesafe.service._reconcile import reconcile_router
+from writesafe.service._settings import ServiceSettings
+
+VERSION = "1.0.0"
+
+logger = logging.getLogger("writesafe.service")
+
+
+def create_app(ws: WriteSafe, settings: ServiceSettings | None = None) -> ServiceApp:
+    """The writesafe HTTP service over `ws`'s ledger (and Redis); the caller owns `ws`'s lifetime.
+
+    Start `ws` before serving (`await ws.start()`) to fail fast on an unreachable ledger; a
+    service started without it still answers, with 503 until the ledger does.
+    """
+    settings = settings or ServiceSettings()
+    secret = settings.cursor_secret
+    ctx = ServiceContext(
+        ws=ws,
+        keys=ApiKeys(ws.ledger.engine, ws.ledger.clock),
+        settings=settings,
+        cursors=Cursors(None if secret is None else secret.get_secret_value()),
+        limits=RateLimits(settings),
+    )
+    app = ServiceApp(
+        title="writesafe",
+        version=VERSION,
+        summary="Status, reconciliation and operator resolution of write-safe operations.",
+        description=OVERVIEW,
+        # The document stays public (it holds no data); the UIs load scripts from a CDN, which an
+        # offline deployment cannot reach, so they are left out.
+        docs_url=None,
+        redoc_url=None,
+        exception_handlers={
+            HTTPException: http_error,
+            RequestValidationError: validation_error,
+            WriteSafeError: envelope_error,
+            LedgerNotMigrated: _not_migrated,
+            SQLAlchemyError: _unavailable,
+            RedisError: _unavailable,
+            OSError: _unavailable,
+            Exception: _internal,
+        },
+    )
+    authenticate = Authenticator(ctx.keys, ws.start, ctx.limits)
+    operator = require_operator(authenticate)
+    app.include_router(health_router(ctx, require_admin(authenticate)))
+    app.include_router(operations_router(ctx, authenticate, operator))
+    app.include_router(reconcile_router(ctx, operator))
+    app.include_router(console_router(ctx, authenticate, operator))
+    app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes)
+    app.add_middleware(RequestMetrics)
+    return app
+
+
+async def _unavailable(request: Request, error: Any) -> JSONResponse:
+    # The answer does not say which store or why (it may name internals); the log does.
+    logger.warning("%s %s answered 503: %r", request.method, request.url.path, error)
+    return unavailable("a store did not answer; nothing was changed")
+
+
+async def _not_migrated(_request: Request, _error: Any) -> JSONResponse:
+    return unavailable("the ledger schema is not current: run `writesafe db upgrade`")
+
+
+async def _internal(_request: Request, _error: Any) -> JSONResponse:
+    # Never the exception's text: it may carry internals. The server log has the traceback.
+    return problem_response(500, "an internal error; it was logged")

@@ -1,0 +1,103 @@
+"""Bearer API keys: who is calling, for which tenant scope, in which role.
+
+A key sees only its own scope. Operations of other scopes answer 404 exactly like missing ones,
+so a key cannot probe which keys another tenant uses. (No `from __future__ import annotations`:
+FastAPI must resolve the dependencies' local `Annotated` aliases.)
+"""
+
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Annotated
+
+from fastapi import Depends, HTTPException, Request, Security
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+
+from writesafe.idempotency import MAX_KEY_LENGTH
+from writesafe.ledger import ApiKeys, Role
+from writesafe.service._api_keys import hash_token, well_formed
+from writesafe.service._rate_limits import RateLimits, client_of
+from writesafe.service._reads import read
+
+bearer = HTTPBearer(
+    auto_error=False,
+    bearerFormat="wsk_<key id>_<secret>",
+    description="An API key made with `writesafe keys create`; it fixes the tenant scope and role.",
+)
+_CHALLENGE = {"WWW-Authenticate": 'Bearer realm="writesafe"'}
+_INVALID = {"WWW-Authenticate": 'Bearer realm="writesafe", error="invalid_token"'}
+
+
+@dataclass(frozen=True, slots=True)
+class Principal:
+    """The caller behind a valid key."""
+
+    key_id: str
+    name: str
+    scope: str
+    role: Role
+
+    @property
+    def actor(self) -> str:
+        """How the caller is named in audit records (bounded like every name in the ledger)."""
+        actor = f"api-key:{self.key_id} ({self.name})"
+        return actor if len(actor) <= MAX_KEY_LENGTH else actor[: MAX_KEY_LENGTH - 2] + "…)"
+
+
+class Authenticator:
+    """The FastAPI dependency that turns `Authorization: Bearer …` into a `Principal`.
+
+    Rate limits are applied before the key's lookup (`_rate_limits`): a key's own budget, and the
+    client's budget for requests that come without a valid key.
+    """
+
+    def __init__(
+        self, keys: ApiKeys, ready: Callable[[], Awaitable[None]], limits: RateLimits
+    ) -> None:
+        self._keys = keys
+        self._ready = ready  # an unmigrated ledger is reported as such, not as a missing table
+        self._limits = limits
+
+    async def __call__(
+        self,
+        request: Request,
+        credentials: Annotated[HTTPAuthorizationCredentials | None, Security(bearer)],
+    ) -> Principal:
+        client = client_of(request)
+        if credentials is None:
+            await self._limits.spend_anonymous(client)
+            raise HTTPException(401, "an API key is required: Authorization: Bearer …", _CHALLENGE)
+        token = credentials.credentials
+        record = None
+        if well_formed(token):
+            await self._limits.admit_anonymous(client)
+            secret_hash = hash_token(token)
+            await self._limits.spend_key(secret_hash)
+            await self._ready()
+            record = await read("the API key lookup", lambda: self._keys.active(secret_hash))
+        if record is None:
+            await self._limits.spend_anonymous(client)
+            raise HTTPException(401, "the API key is not valid or was revoked", _INVALID)
+        return Principal(
+            key_id=record.key_id, name=record.name, scope=record.scope, role=record.role
+        )
+
+
+def require_operator(authenticate: Authenticator) -> Callable[..., Awaitable[Principal]]:
+    """A dependency admitting operator and admin keys (403 for readers)."""
+    return _require(authenticate, frozenset({Role.OPERATOR, Role.ADMIN}), "operator")
+
+
+def require_admin(authenticate: Authenticator) -> Callable[..., Awaitable[Principal]]:
+    """A dependency admitting only admin keys: deployment-wide actions span every tenant."""
+    return _require(authenticate, frozenset({Role.ADMIN}), "admin")
+
+
+def _require(
+    authenticate: Authenticator, roles: frozenset[Role], needed: str
+) -> Callable[..., Awaitable[Principal]]:
+    async def admitted(principal: Annotated[Principal, Depends(authenticate)]) -> Principal:
+        if principal.role not in roles:
+            raise HTTPException(403, f"this needs an API key with the {needed} role")
+        return principal
+
+    return admitted
