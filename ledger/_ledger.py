@@ -514,8 +514,11 @@ class Ledger:
         sent_before = self._now_sql(-older_than) if older_than > 0 else None
         async with self.engine.begin() as conn:
             crashed: Select[Any] | builtins.list[int]
+            watching: float | None = None
             if self.is_sqlite:
-                crashed = await self._watched_run_out(conn, limit, tools, sent_before, scope)
+                crashed, watching = await self._watched_run_out(
+                    conn, limit, tools, sent_before, scope
+                )
             else:
                 crashed = _claimable(_CRASHED, now, limit, tools, sent_before, scope)
             expired = await conn.execute(
@@ -548,7 +551,7 @@ class Ledger:
                 .returning(operations)
             )
             rows = [OperationRecord.from_row(row) for row in leased.mappings()]
-        return DueBatch(rows, len(expired_ids))
+        return DueBatch(rows, len(expired_ids), watching)
 
     async def _watched_run_out(
         self,
@@ -557,10 +560,11 @@ class Ledger:
         tools: Sequence[str],
         sent_before: ColumnElement[datetime] | datetime | None,
         scope: str | None,
-    ) -> builtins.list[int]:
+    ) -> tuple[builtins.list[int], float | None]:
         """On SQLite: the ids of `in_flight` operations whose lease this process has watched run
-        out. Every in_flight lease is a candidate, whatever its wall-clock expiry says; those
-        never renewed sort first."""
+        out, and how long until the next lease that looks expired by this process's clock has
+        been watched long enough (None: none). Every in_flight lease is a candidate, whatever its
+        wall-clock expiry says; those never renewed sort first."""
         query = select(operations).where(
             operations.c.status == Status.IN_FLIGHT.value, operations.c.tool.in_(tools)
         )
@@ -572,7 +576,14 @@ class Ledger:
         candidates = [
             OperationRecord.from_row(row) for row in (await conn.execute(query)).mappings()
         ]
-        return [op.id for op in candidates if self._watch.seconds_left(op) == 0]
+        left = {op.id: self._watch.seconds_left(op) for op in candidates}
+        now = self.clock.now()
+        pending = [
+            left[op.id]
+            for op in candidates
+            if left[op.id] > 0 and (op.lease_expires_at is None or op.lease_expires_at <= now)
+        ]
+        return [id_ for id_, seconds in left.items() if seconds == 0], min(pending, default=None)
 
     async def count_due(
         self, *, tools: Sequence[str], older_than: float = 0.0, scope: str | None = None
@@ -690,6 +701,8 @@ class DueBatch:
 
     operations: list[OperationRecord]
     expired: int
+    # SQLite: seconds until a lease that looks crashed has been watched for a whole lease.
+    watching: float | None = None
 
 
 @dataclass(frozen=True, slots=True)

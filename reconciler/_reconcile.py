@@ -124,6 +124,7 @@ class Reconciler:
         lease = max(
             self.policy.lease_seconds, 2 * max(self.lookups[name].timeout for name in tools) + 1
         )
+        watched = False
         while limit is None or tally["examined"] < limit:
             if stop is not None and stop.is_set():
                 break
@@ -139,7 +140,13 @@ class Reconciler:
             )
             tally["expired_leases"] += batch.expired
             if not batch.operations:
-                break
+                if batch.watching is None or watched:
+                    break
+                # SQLite: a lease that looks crashed is expired only once this process has
+                # watched it for a whole lease; a pass waits for that once, then looks again.
+                watched = True
+                await self.ledger.clock.sleep(batch.watching)
+                continue
             verdicts = await self._reconcile(batch.operations)
             tally.update(verdict.value for verdict in verdicts)
             tally["examined"] += len(verdicts)

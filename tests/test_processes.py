@@ -110,7 +110,9 @@ async def test_a_killed_writer_leaves_an_expiring_lease_and_no_second_effect(
         assert early.value.envelope.code == "IN_PROGRESS"
 
         await asyncio.sleep(4.5)  # the dead writer's lease runs out
-        late = start_worker(tmp_path, options, hold_seconds=0)
+        # A new process: on SQLite it must watch the lease for a whole lease itself before it
+        # may take it over, so it waits that long (no server clock to ask).
+        late = start_worker(tmp_path, {**options, "wait_timeout": 6.0}, hold_seconds=0)
         assert (await asyncio.to_thread(answers, [late]))[0]["error"] == "OUTCOME_UNKNOWN"
         assert effects(tmp_path) == [str(victim.pid)]
         status = await ws.status("race")

@@ -289,7 +289,12 @@ async def test_an_operator_resolves_an_unknown_outcome(make_ws: MakeWriteSafe) -
     await unknown_outcome(submit_order("A1", idempotency_key="k"))
 
     resolved = await ws.resolve(
-        "k", outcome="succeeded", result={"order_id": "o-1", "sku": "A1"}, reason="r", actor="a"
+        "k",
+        outcome="succeeded",
+        result={"order_id": "o-1", "sku": "A1"},
+        reason="r",
+        actor="a",
+        evidence={"checked": "the shop's order list"},  # an unknown outcome needs it
     )
 
     assert resolved.status is Status.SUCCEEDED
