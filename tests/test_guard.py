@@ -300,6 +300,7 @@ async def test_hundred_concurrent_duplicates_execute_once(make_ws: MakeWriteSafe
     assert all(result == results[0] for result in results)
 
 
+@pytest.mark.pg_connections(30)
 async def test_duplicates_from_separate_workers_execute_once(make_ws: MakeWriteSafe) -> None:
     """Ten WriteSafe instances (no shared memory) × ten coroutines meet only in the stores.
 
