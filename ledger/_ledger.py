@@ -42,7 +42,7 @@ from writesafe.ledger._engine import (
     create_engine,
     is_sqlite,
     postgres_connect_options,
-    sqlite_writer_engine,
+    sqlite_path,
 )
 from writesafe.ledger._lease_watch import LeaseWatch
 from writesafe.ledger._migrations import ensure_current, upgrade
@@ -146,7 +146,7 @@ class Ledger:
         )
         writer: Writer
         if is_sqlite(engine):
-            writer = SqliteWriter(sqlite_writer_engine(url))
+            writer = SqliteWriter(sqlite_path(url))
         else:
             options = postgres_connect_options(url, schema=schema, connect_timeout=connect_timeout)
             writer = PostgresWriter(options, pool_size)
