@@ -253,9 +253,9 @@ class Ledger:
         hour of that change: a picture of the ledger over time, served by the scope index."""
         updated = operations.c.updated_at
         # The hour as whole hours since the epoch, whatever the session's time zone (SQLite
-        # keeps UTC text and may lack floor(); PostgreSQL's epoch is fractional).
+        # keeps microseconds since the epoch; PostgreSQL's epoch is fractional).
         hour = (
-            sql_cast(func.strftime("%s", updated), Integer) // 3600
+            sql_cast(updated, Integer) // 3_600_000_000
             if self.is_sqlite
             else func.floor(func.extract("epoch", updated) / 3600)
         ).label("hour")
