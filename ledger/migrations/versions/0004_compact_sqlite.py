@@ -56,23 +56,25 @@ _TO_TEXT = (
 
 
 def upgrade() -> None:
-    connection = op.get_bind()
-    if connection.dialect.name != "sqlite":
-        return
-    _rewrite(connection, _TO_MICROS, "typeof({c}) = 'text'")
-    for table, columns in _DIGESTS.items():
-        for column in columns:
-            _convert(connection, table, column, "text", digest_bytes)
+    _rewrite_sqlite(_TO_MICROS, "text", "text", digest_bytes)
 
 
 def downgrade() -> None:
+    _rewrite_sqlite(_TO_TEXT, "integer", "blob", bytes.hex)
+
+
+def _rewrite_sqlite(
+    timestamp: str, timestamp_stored: str, digest_stored: str, digest: Callable[[Any], Any]
+) -> None:
+    """On SQLite: every timestamp stored as `timestamp_stored` through the SQL `timestamp`, every
+    digest stored as `digest_stored` through `digest`."""
     connection = op.get_bind()
     if connection.dialect.name != "sqlite":
         return
-    _rewrite(connection, _TO_TEXT, "typeof({c}) = 'integer'")
+    _rewrite(connection, timestamp, f"typeof({{c}}) = '{timestamp_stored}'")
     for table, columns in _DIGESTS.items():
         for column in columns:
-            _convert(connection, table, column, "blob", bytes.hex)
+            _convert(connection, table, column, digest_stored, digest)
 
 
 def _rewrite(connection: Connection, expression: str, applies: str) -> None:
