@@ -42,7 +42,7 @@ from writesafe.ledger._engine import (
     create_engine,
     is_sqlite,
     postgres_connect_options,
-    sqlite_writer_engine,
+    sqlite_path,
 )
 from writesafe.ledger._lease_watch import LeaseWatch
 from writesafe.ledger._migrations import ensure_current, upgrade
@@ -146,7 +146,7 @@ class Ledger:
         )
         writer: Writer
         if is_sqlite(engine):
-            writer = SqliteWriter(sqlite_writer_engine(url))
+            writer = SqliteWriter(sqlite_path(url))
         else:
             options = postgres_connect_options(url, schema=schema, connect_timeout=connect_timeout)
             writer = PostgresWriter(options, pool_size)
@@ -253,9 +253,9 @@ class Ledger:
         hour of that change: a picture of the ledger over time, served by the scope index."""
         updated = operations.c.updated_at
         # The hour as whole hours since the epoch, whatever the session's time zone (SQLite
-        # keeps UTC text and may lack floor(); PostgreSQL's epoch is fractional).
+        # keeps microseconds since the epoch; PostgreSQL's epoch is fractional).
         hour = (
-            sql_cast(func.strftime("%s", updated), Integer) // 3600
+            sql_cast(updated, Integer) // 3_600_000_000
             if self.is_sqlite
             else func.floor(func.extract("epoch", updated) / 3600)
         ).label("hour")
