@@ -18,12 +18,12 @@ from writesafe.ledger import AttemptKind, Intent, Ledger, OperationRecord, Statu
 from writesafe.reconciler import (
     Code,
     CodeRegistry,
-    ErrorEnvelope,
     Established,
     ProvenAbsent,
     judge_lookup,
     operation_info,
     run_lookup,
+    stored_envelope,
 )
 
 ACTOR = "caller"
@@ -65,8 +65,8 @@ async def replay_gate(
         )
     spec = call.tool.lookup_spec()
     if spec.lookup is None:
-        if operation.error is not None:  # the answer the operation ended with
-            stored = ErrorEnvelope.model_validate_json(operation.error)
+        stored = stored_envelope(operation, codes)  # the answer the operation ended with
+        if stored is not None:
             raise WriteSafeError(stored.with_operation(operation_info(operation)))
         raise _unknown(
             codes,

@@ -341,7 +341,9 @@ class WriteSafe:
         operation = await self.ledger.get(validate_key(scope, "scope"), validate_key(key))
         if operation is None:
             return None
-        return OperationStatus.from_records(operation, await self.ledger.attempts(operation.id))
+        return OperationStatus.from_records(
+            operation, await self.ledger.attempts(operation.id), self.codes
+        )
 
     # -- reconciliation ------------------------------------------------------------------
 
@@ -443,7 +445,9 @@ class WriteSafe:
             )
         except EvidenceRequired as error:
             raise invalid_input("evidence", str(error)) from None
-        return OperationStatus.from_records(operation, await self.ledger.attempts(operation.id))
+        return OperationStatus.from_records(
+            operation, await self.ledger.attempts(operation.id), self.codes
+        )
 
     def _encode_result(self, tool: str, result: Any) -> str:
         registered = self._tools.get(tool)

@@ -12,7 +12,7 @@ from writesafe.reconciler._adapters import (
     answer_failure,
     failure_of,
 )
-from writesafe.reconciler._admission import admit, disagreement
+from writesafe.reconciler._admission import admit, admit_stored, disagreement, stored_envelope
 from writesafe.reconciler._causes import LEDGER, Lost, Untrusted
 from writesafe.reconciler._check import (
     Check,
@@ -23,7 +23,14 @@ from writesafe.reconciler._check import (
     run_lookup,
 )
 from writesafe.reconciler._classify import Classification, classify_exception, exception_evidence
-from writesafe.reconciler._continuation import Continuation, FailedOperation, decide_continuation
+from writesafe.reconciler._continuation import (
+    Continuation,
+    FailedOperation,
+    decide_continuation,
+    failed_operation,
+    stored_failure,
+    waits_for_delay,
+)
 from writesafe.reconciler._contract import (
     BUILTIN_VERDICTS,
     CODES,
@@ -46,8 +53,17 @@ from writesafe.reconciler._decisions import (
     ProvenAbsent,
     RowAction,
     StillUnknown,
+    committed_earlier,
     decide_row,
+    held_for_ms,
     judge_lookup,
+)
+from writesafe.reconciler._failures import (
+    AfterFailure,
+    after_failure,
+    cut_short,
+    failure_outcome,
+    not_stored,
 )
 from writesafe.reconciler._http_preset import HTTP_ADAPTER, HTTP_RULES, http_adapter
 from writesafe.reconciler._lookup import Found, LookupResult, NotFound, Unknown
@@ -66,6 +82,13 @@ from writesafe.reconciler._redaction import (
     Redaction,
     Redactor,
     redact_text,
+)
+from writesafe.reconciler._refusals import (
+    in_progress,
+    key_reused,
+    ledger_lost,
+    unrecorded,
+    write_not_started,
 )
 from writesafe.reconciler._resolve import (
     RESOLVABLE,
@@ -131,6 +154,7 @@ __all__ = [
     "WEBMCP_CODES",
     "Absence",
     "Adapter",
+    "AfterFailure",
     "AnswerAdapter",
     "AttemptView",
     "Check",
@@ -184,10 +208,14 @@ __all__ = [
     "Verdict",
     "WebMcpCode",
     "admit",
+    "admit_stored",
     "after_absence",
+    "after_failure",
     "answer_failure",
     "attempts_left",
     "classify_exception",
+    "committed_earlier",
+    "cut_short",
     "decide_continuation",
     "decide_row",
     "defer",
@@ -195,13 +223,20 @@ __all__ = [
     "envelope_json_schema",
     "exception_evidence",
     "exhausted",
+    "failed_operation",
     "failure_of",
+    "failure_outcome",
     "from_call_tool_result",
     "from_problem",
     "from_webmcp",
     "from_webmcp_text",
+    "held_for_ms",
     "http_adapter",
+    "in_progress",
     "judge_lookup",
+    "key_reused",
+    "ledger_lost",
+    "not_stored",
     "operation_info",
     "parse_retry_after",
     "read_envelope",
@@ -210,9 +245,14 @@ __all__ = [
     "resolve_operation",
     "response_of",
     "run_lookup",
+    "stored_envelope",
+    "stored_failure",
     "to_call_tool_result",
     "to_problem",
     "to_webmcp",
     "to_webmcp_text",
+    "unrecorded",
     "wait_max",
+    "waits_for_delay",
+    "write_not_started",
 ]
