@@ -16,14 +16,11 @@ import time
 from dataclasses import dataclass
 from typing import Any, NoReturn
 
-from sqlalchemy.exc import SQLAlchemyError
 from tenacity import (
     AsyncRetrying,
     RetryCallState,
     retry_if_exception_type,
     stop_after_attempt,
-    stop_after_delay,
-    wait_exponential,
 )
 
 from writesafe.idempotency._attempts import attempt
@@ -32,22 +29,24 @@ from writesafe.idempotency._errors import WriteSafeError
 from writesafe.idempotency._fence import Fence, LeaseLost
 from writesafe.idempotency._fills import CacheFills
 from writesafe.idempotency._gate import Resumed, replay_gate
-from writesafe.idempotency._keystore import CachedOutcome, LeaseState, RedisKeyStore
+from writesafe.idempotency._keystore import (
+    CachedOutcome,
+    LeaseState,
+    RedisKeyStore,
+    lease_token,
+    same_payload,
+)
 from writesafe.idempotency._leases import HeldLease, LeaseKeeper
 from writesafe.idempotency._logging import logged_call
-from writesafe.idempotency._metrics import (
-    EXECUTIONS,
-    LEASES_LOST,
-    RETRIES,
-    RETRIES_THROTTLED,
-    answered,
-)
+from writesafe.idempotency._metrics import RETRIES, RETRIES_THROTTLED, answered
 from writesafe.idempotency._reads import run_read
+from writesafe.idempotency._recording import LEDGER_ERRORS, record_outcome
 from writesafe.idempotency._results import ResultNotStored
 from writesafe.idempotency._spec import GuardedCall
 from writesafe.idempotency._tracing import traced_call
 from writesafe.ledger import Claim, Intent, LeaseHeld, Ledger, OperationRecord, Outcome, Status
 from writesafe.reconciler import (
+    FIRST_POLL_SECONDS,
     Classification,
     CodeRegistry,
     Continuation,
@@ -57,7 +56,6 @@ from writesafe.reconciler import (
     RowAction,
     after_failure,
     answer_failure,
-    committed_earlier,
     cut_short,
     decide_continuation,
     decide_row,
@@ -69,6 +67,7 @@ from writesafe.reconciler import (
     in_progress,
     key_reused,
     ledger_lost,
+    next_poll,
     not_stored,
     operation_info,
     replay_timed,
@@ -80,11 +79,6 @@ from writesafe.reconciler import (
 )
 
 logger = logging.getLogger("writesafe")
-
-# What "the ledger cannot be reached" looks like from here.
-LEDGER_ERRORS: tuple[type[BaseException], ...] = (SQLAlchemyError, OSError, TimeoutError)
-
-_MAX_POLL_SECONDS = 0.05
 
 
 @dataclass(frozen=True, slots=True)
@@ -209,7 +203,7 @@ class Guard:
 
     async def _lead(self, call: GuardedCall, deadline: float) -> _Answer:
         loop = asyncio.get_running_loop()
-        pause = 0.002
+        pause = FIRST_POLL_SECONDS
         await self._fills.settled((call.scope, call.key))
         first_look = True
         while True:
@@ -217,18 +211,18 @@ class Guard:
             first_look = False
             if isinstance(step, _Answer):
                 return step
-            remaining = deadline - loop.time()
-            if remaining <= 0:
+            poll = next_poll(step.retry_after_ms, pause, deadline - loop.time())
+            if poll is None:
                 raise await self._in_progress(call, step.retry_after_ms)
-            if step.retry_after_ms:
-                await asyncio.sleep(min(pause, remaining))
-                pause = min(pause * 2, _MAX_POLL_SECONDS)
+            if poll.sleep:
+                await asyncio.sleep(poll.sleep)
+            pause = poll.pause
 
     async def _attempt(self, call: GuardedCall, *, first_look: bool) -> _Answer | _Busy:
         """One try at the call; `first_look`: the call's first, which checks a busy lease against
         the ledger once."""
         owner = secrets.token_hex(16)
-        token = _store_token(owner, call.fingerprint)
+        token = lease_token(owner, call.fingerprint)
         holds_store_lease = False
         answer: _Answer | _Busy | None = None
         if self.keystore is not None:
@@ -237,7 +231,7 @@ class Guard:
             )
             if store.outcome is not None:
                 return self._replay_cached(call, store.outcome)
-            if store.state is LeaseState.BUSY and _same_payload(store.holder, call.fingerprint):
+            if store.state is LeaseState.BUSY and same_payload(store.holder, call.fingerprint):
                 finished = await self._finished_in_ledger(call) if first_look else None
                 return finished or _Busy(held_for_ms(0))
             holds_store_lease = store.state is LeaseState.ACQUIRED
@@ -260,7 +254,7 @@ class Guard:
     def _cache_behind(self, call: GuardedCall, succeeded: OperationRecord) -> None:
         """Copy the outcome to Redis behind the answer: the ledger has it, the caller goes on."""
         assert self.keystore is not None
-        fill = self.keystore.cache(call.scope, call.key, _cache_entry(succeeded))
+        fill = self.keystore.cache(call.scope, call.key, CachedOutcome.of(succeeded))
         self._fills.start((call.scope, call.key), fill)
 
     async def _finished_in_ledger(self, call: GuardedCall) -> _Answer | None:
@@ -378,7 +372,7 @@ class Guard:
         """
         started = time.monotonic()
         failure: _Retryable | None = None
-        store_token = None if self.keystore is None else _store_token(owner, call.fingerprint)
+        store_token = None if self.keystore is None else lease_token(owner, call.fingerprint)
 
         def fenced(at: float) -> HeldLease:
             """The lease of the current execution, fenced from its lease write sent `at`."""
@@ -511,51 +505,10 @@ class Guard:
     async def _record(
         self, call: GuardedCall, operation: OperationRecord, owner: str, outcome: Outcome
     ) -> OperationRecord | None:
-        """Write the outcome, retrying the ledger briefly; None if it could not be recorded."""
-        EXECUTIONS.labels(call.tool.name, outcome.status.value).inc()
-        tries = 0
-
-        async def record() -> OperationRecord | None:
-            nonlocal tries
-            tries += 1
-            recorded = await self.ledger.finish(operation, owner, outcome)
-            if recorded is None and tries > 1:
-                recorded = await self._committed_earlier(operation, outcome)
-            return recorded
-
-        def retrying() -> AsyncRetrying:
-            return AsyncRetrying(
-                stop=stop_after_delay(self.settings.record_retry_seconds) | stop_after_attempt(6),
-                wait=wait_exponential(multiplier=0.05, max=0.5),
-                retry=retry_if_exception_type(LEDGER_ERRORS),
-                reraise=True,
-            )
-
-        try:
-            recorded = await attempt(record, retrying)
-        except LEDGER_ERRORS as error:
-            logger.error(
-                "could not record the outcome of %s/%s (%s); its lease will hand it to "
-                "reconciliation",
-                call.scope,
-                call.key,
-                type(error).__name__,
-            )
-            return None
-        if recorded is None:
-            LEASES_LOST.labels(call.tool.name).inc()
-            logger.warning(
-                "lease on %s/%s was taken over; the outcome stays with its attempt",
-                call.scope,
-                call.key,
-            )
-        return recorded
-
-    async def _committed_earlier(
-        self, operation: OperationRecord, outcome: Outcome
-    ) -> OperationRecord | None:
-        row = await self.ledger.get(operation.scope, operation.key)
-        return row if committed_earlier(row, operation, outcome) else None
+        retry_seconds = self.settings.record_retry_seconds
+        return await record_outcome(
+            self.ledger, call.tool.name, operation, owner, outcome, retry_seconds
+        )
 
     def _classify(
         self, call: GuardedCall, error: BaseException, timed_out: bool, fence: Fence
@@ -576,13 +529,7 @@ class Guard:
 
     def _replay_cached(self, call: GuardedCall, cached: CachedOutcome) -> _Answer:
         if cached.fingerprint != call.fingerprint:
-            info = OperationInfo(
-                key=call.key,
-                status=Status.SUCCEEDED.value,
-                attempt=cached.executions,
-                attempts_left=max(cached.max_executions - cached.executions, 0),
-            )
-            raise self._key_reused(call, cached.tool, info)
+            raise self._key_reused(call, cached.tool, cached.operation_info(call.key))
         return _Answer(call.tool.codec.decode(cached.result), "replayed", None)
 
     def _key_reused(self, call: GuardedCall, tool: str, info: OperationInfo) -> WriteSafeError:
@@ -622,27 +569,6 @@ class Guard:
 def _retry_claim() -> AsyncRetrying:
     return AsyncRetrying(
         stop=stop_after_attempt(2), retry=retry_if_exception_type(LEDGER_ERRORS), reraise=True
-    )
-
-
-def _store_token(owner: str, fingerprint: str) -> str:
-    """The Redis lease token names the payload too, so a busy lease tells a duplicate from a
-    different payload that the ledger must judge (KEY_REUSED or a continuation)."""
-    return f"{owner}/{fingerprint}"
-
-
-def _same_payload(lease_token: str | None, fingerprint: str) -> bool:
-    return lease_token is None or lease_token.endswith(f"/{fingerprint}")
-
-
-def _cache_entry(operation: OperationRecord) -> CachedOutcome:
-    assert operation.result is not None, "only a succeeded operation is cached"
-    return CachedOutcome(
-        operation.fingerprint,
-        operation.tool,
-        operation.executions,
-        operation.max_executions,
-        operation.result,
     )
 
 

@@ -13,9 +13,10 @@ from pydantic import ValidationError
 from writesafe.idempotency._arguments import KEY_PARAMETER
 from writesafe.idempotency._context import OperationContext, current_operation
 from writesafe.idempotency._errors import invalid_input
-from writesafe.idempotency._guard import LEDGER_ERRORS, Guard, GuardSettings
+from writesafe.idempotency._guard import Guard, GuardSettings
 from writesafe.idempotency._keys import DEFAULT_SCOPE, validate_key
 from writesafe.idempotency._keystore import RedisKeyStore
+from writesafe.idempotency._recording import LEDGER_ERRORS
 from writesafe.idempotency._results import ResultCodec, ResultNotStored
 from writesafe.idempotency._settings import WriteSafeSettings
 from writesafe.idempotency._spec import DEFAULT_LOOKUP_TIMEOUT, ToolSpec

@@ -48,8 +48,10 @@ from writesafe.reconciler._contract import (
     Verdict,
 )
 from writesafe.reconciler._decisions import (
+    FIRST_POLL_SECONDS,
     Established,
     LookupVerdict,
+    Poll,
     ProvenAbsent,
     RowAction,
     StillUnknown,
@@ -57,6 +59,7 @@ from writesafe.reconciler._decisions import (
     decide_row,
     held_for_ms,
     judge_lookup,
+    next_poll,
 )
 from writesafe.reconciler._failures import (
     AfterFailure,
@@ -140,6 +143,7 @@ __all__ = [
     "DEFAULT_REDACTION",
     "DEFAULT_RETRY_POLICY",
     "FIELD_LIMIT",
+    "FIRST_POLL_SECONDS",
     "HTTP_ADAPTER",
     "HTTP_RULES",
     "HTTP_STATUS",
@@ -182,6 +186,7 @@ __all__ = [
     "OperationNotFound",
     "OperationStatus",
     "OperationSummary",
+    "Poll",
     "Problem",
     "ProvenAbsent",
     "RawResponse",
@@ -236,6 +241,7 @@ __all__ = [
     "judge_lookup",
     "key_reused",
     "ledger_lost",
+    "next_poll",
     "not_stored",
     "operation_info",
     "parse_retry_after",

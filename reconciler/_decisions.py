@@ -57,6 +57,29 @@ def held_for_ms(seconds_left: float) -> int:
     return int(min(max(seconds_left * 1000, MIN_POLL_MS), MAX_POLL_MS))
 
 
+FIRST_POLL_SECONDS = 0.002
+MAX_POLL_SECONDS = 0.05
+
+
+@dataclass(frozen=True, slots=True)
+class Poll:
+    """Look again at a busy key after `sleep` seconds (0: at once); `pause` is the next one."""
+
+    sleep: float
+    pause: float
+
+
+def next_poll(busy_ms: int, pause: float, remaining: float) -> Poll | None:
+    """How a call waits on a key that is busy for `busy_ms` (0: the row changed under it), with
+    `remaining` seconds of its wait left; None when the wait is over (IN_PROGRESS). Polls back
+    off exponentially from `FIRST_POLL_SECONDS`: a duplicate of a fast write sees it soon."""
+    if remaining <= 0:
+        return None
+    if not busy_ms:
+        return Poll(0.0, pause)
+    return Poll(min(pause, remaining), min(pause * 2, MAX_POLL_SECONDS))
+
+
 def committed_earlier(
     found: OperationRecord | None, sent: OperationRecord, outcome: Outcome
 ) -> bool:

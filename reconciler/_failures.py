@@ -27,7 +27,7 @@ def cut_short(
     sent_before: bool,
     fence_closed: bool,
     timed_out: bool,
-    timeout: float,
+    timeout: float | None,
     codes: CodeRegistry,
 ) -> Classification | None:
     """The failure when the guard itself ended the execution, else None (the adapter judges).
