@@ -479,8 +479,10 @@ class Guard:
         recorded = await self._record(call, operation, owner, decision.outcome)
         if decision.retry:
             if recorded is None:
-                # Fenced off, or the ledger is gone: end with the failure seen (no effect).
-                return WriteSafeError(envelope.with_operation(operation_info(operation)))
+                # Fenced off, or the ledger is gone: end with the failure seen (no effect),
+                # and when to come back.
+                timed = call.tool.retry_policy.timed(envelope, operation.executions)
+                return WriteSafeError(timed.with_operation(operation_info(operation)))
             return _Retryable(envelope, recorded)
         if recorded is None:
             return WriteSafeError(unrecorded(operation, self.codes))

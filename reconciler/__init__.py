@@ -13,7 +13,7 @@ from writesafe.reconciler._adapters import (
     failure_of,
 )
 from writesafe.reconciler._admission import admit, admit_stored, disagreement, stored_envelope
-from writesafe.reconciler._causes import LEDGER, Lost, Untrusted
+from writesafe.reconciler._causes import KEY_STORE, LEDGER, Lost, Unsettled, Untrusted
 from writesafe.reconciler._check import (
     Check,
     Lookup,
@@ -147,6 +147,7 @@ __all__ = [
     "HTTP_ADAPTER",
     "HTTP_RULES",
     "HTTP_STATUS",
+    "KEY_STORE",
     "LEDGER",
     "MAX_RETRY_AFTER_MS",
     "MESSAGE_LIMIT",
@@ -209,6 +210,7 @@ __all__ = [
     "ToolError",
     "Unknown",
     "UnknownCode",
+    "Unsettled",
     "Untrusted",
     "Verdict",
     "WebMcpCode",
