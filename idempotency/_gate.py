@@ -67,7 +67,7 @@ async def replay_gate(
             Unsettled.NEEDS_ATTENTION,
             "reconciliation could not establish the outcome; an operator must",
         )
-    spec = call.tool.lookup_spec()
+    spec = call.tool.lookup_spec(codes)
     if spec.lookup is None:
         stored = stored_envelope(operation, codes)  # the answer the operation ended with
         if stored is not None:

@@ -39,7 +39,6 @@ async def record_outcome(
     """Write the outcome, retrying the ledger for up to `retry_seconds`; None if it could not be
     recorded (the ledger is gone, or the lease was taken over)."""
     EXECUTIONS.labels(tool, outcome.status.value).inc()
-    where = f"{operation.scope}/{operation.key}"
     tries = 0
 
     async def record() -> OperationRecord | None:
@@ -63,12 +62,17 @@ async def record_outcome(
         recorded = await attempt(record, retrying)
     except LEDGER_ERRORS as error:
         logger.error(
-            "could not record the outcome of %s (%s); its lease will hand it to reconciliation",
-            where,
+            "could not record the outcome of %s/%s (%s); its lease will hand it to reconciliation",
+            operation.scope,
+            operation.key,
             type(error).__name__,
         )
         return None
     if recorded is None:
         LEASES_LOST.labels(tool).inc()
-        logger.warning("lease on %s was taken over; the outcome stays with its attempt", where)
+        logger.warning(
+            "lease on %s/%s was taken over; the outcome stays with its attempt",
+            operation.scope,
+            operation.key,
+        )
     return recorded

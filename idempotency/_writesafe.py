@@ -227,7 +227,7 @@ class WriteSafe:
             )
             tool: Tool[Any] = Tool(self, spec)
             self._tools[name] = tool
-            self._lookups[name] = spec.lookup_spec()
+            self._lookups[name] = spec.lookup_spec(self.codes)
             return tool if is_async else SyncTool(tool, self.sync, function)
 
         return register
