@@ -201,6 +201,7 @@ CUTS = [
     (False, False, True, False, Code.OUTCOME_UNKNOWN, Lost.INTERRUPTED, SideEffects.UNKNOWN),
     (False, False, True, True, Code.OUTCOME_UNKNOWN, Lost.INTERRUPTED, SideEffects.UNKNOWN),
     (False, False, False, True, Code.OUTCOME_UNKNOWN, Lost.TIMEOUT, SideEffects.UNKNOWN),
+    (False, False, False, False, None, None, None),
 ]
 
 
@@ -212,9 +213,9 @@ def test_an_execution_the_guard_cut_short_is_classified_by_what_was_sent(
     sent_before: bool,
     fence_closed: bool,
     timed_out: bool,
-    code: str,
+    code: str | None,
     cause: str | None,
-    effects: SideEffects,
+    effects: SideEffects | None,
 ) -> None:
     seen = cut_short(
         lease_lost=lease_lost,
@@ -224,22 +225,13 @@ def test_an_execution_the_guard_cut_short_is_classified_by_what_was_sent(
         timeout=2.0,
         codes=CODES,
     )
+    if code is None:  # not the guard's doing: the adapter judges
+        assert seen is None
+        return
     assert seen is not None
     envelope = seen.envelope
     assert (envelope.code, envelope.cause, envelope.side_effects) == (code, cause, effects)
     assert disagreement(envelope, CODES, proven=True) is None
-
-
-def test_a_failure_the_guard_did_not_cause_is_left_to_the_adapter() -> None:
-    seen = cut_short(
-        lease_lost=False,
-        sent_before=False,
-        fence_closed=False,
-        timed_out=False,
-        timeout=2.0,
-        codes=CODES,
-    )
-    assert seen is None
 
 
 def failure(code: str, *, retry_after_ms: int | None = None) -> Classification:
