@@ -75,6 +75,7 @@ from writesafe.reconciler._problem import (
     HTTP_STATUS,
     PROBLEM_MEDIA_TYPE,
     Problem,
+    ProblemBody,
     from_problem,
     to_problem,
 )
@@ -189,6 +190,7 @@ __all__ = [
     "OperationSummary",
     "Poll",
     "Problem",
+    "ProblemBody",
     "ProvenAbsent",
     "RawResponse",
     "ReconcilePolicy",

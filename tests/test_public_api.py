@@ -24,6 +24,7 @@ EXPORTED = [
     "Invocation",
     "LeaseLost",
     "LookupOperation",
+    "NoCurrentOperation",
     "NotFound",
     "OperationContext",
     "OperationFilter",
