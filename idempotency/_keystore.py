@@ -26,6 +26,8 @@ from redis.exceptions import RedisError
 
 from writesafe.idempotency._metrics import STORE_DEGRADED
 from writesafe.idempotency._redis_connections import RedisConnections, pack
+from writesafe.ledger import OperationRecord, Status
+from writesafe.reconciler import OperationInfo
 
 logger = logging.getLogger("writesafe")
 T = TypeVar("T")
@@ -77,6 +79,37 @@ class CachedOutcome:
         header, _, result = text.partition("\n")
         fingerprint, executions, max_executions, tool = header.split(" ", 3)
         return cls(fingerprint, tool, int(executions), int(max_executions), result)
+
+    @classmethod
+    def of(cls, operation: OperationRecord) -> CachedOutcome:
+        assert operation.result is not None, "only a succeeded operation is cached"
+        return cls(
+            operation.fingerprint,
+            operation.tool,
+            operation.executions,
+            operation.max_executions,
+            operation.result,
+        )
+
+    def operation_info(self, key: str) -> OperationInfo:
+        """The envelope's `operation` block for the succeeded operation this copy stands for."""
+        return OperationInfo(
+            key=key,
+            status=Status.SUCCEEDED.value,
+            attempt=self.executions,
+            attempts_left=max(self.max_executions - self.executions, 0),
+        )
+
+
+def lease_token(owner: str, fingerprint: str) -> str:
+    """The Redis lease token names the payload too, so a busy lease tells a duplicate from a
+    different payload that the ledger must judge (KEY_REUSED or a continuation)."""
+    return f"{owner}/{fingerprint}"
+
+
+def same_payload(token: str | None, fingerprint: str) -> bool:
+    """Whether the lease `token` (None: its holder is unknown) is held for this payload."""
+    return token is None or token.endswith(f"/{fingerprint}")
 
 
 @dataclass(frozen=True, slots=True)

@@ -372,34 +372,6 @@ class Ledger:
         closes = ClosedExecution(owner, outcome.status.value, outcome.attempt_values, now)
         return await self.writer.change(Change(current, values, now, owner=owner, closes=closes))
 
-    async def retry(
-        self,
-        current: OperationRecord,
-        intent: Intent,
-        failed: Outcome,
-        failed_at: datetime,
-    ) -> OperationRecord | None:
-        """Close a failed execution and start the next one under the same lease (one CAS).
-
-        The operation stays `in_flight` throughout an automatic retry, so no other caller can
-        take the key between two executions. None if the owner was fenced off meanwhile.
-        """
-        check_transition(current.status, Status.IN_FLIGHT)
-        now = self._at()
-        values = {
-            "status": Status.IN_FLIGHT.value,
-            "executions": current.executions + 1,
-            "lease_expires_at": self._at(intent.lease_seconds),
-            "last_sent_at": now,
-            "error": failed.error,
-            "last_code": failed.code,
-        }
-        closes = ClosedExecution(
-            intent.owner, Status.FAILED.value, failed.attempt_values, failed_at
-        )
-        change = Change(current, values, now, owner=intent.owner, closes=closes, opens=True)
-        return await self.writer.change(change)
-
     async def renew_leases(self, leases: Mapping[int, str], seconds: float) -> set[int]:
         """Extend the `in_flight` leases `{operation id: owner}` by `seconds`, in one statement.
 
