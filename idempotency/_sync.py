@@ -38,7 +38,9 @@ from writesafe.idempotency._context import (
     reset_current,
     set_current,
 )
+from writesafe.idempotency._errors import WriteSafeError
 from writesafe.idempotency._keys import DEFAULT_SCOPE
+from writesafe.idempotency._replays import cached_replay
 from writesafe.idempotency._tool import Invocation, Tool
 from writesafe.reconciler import (
     LookupOperation,
@@ -93,11 +95,24 @@ class _Write:
             self.loop.call_soon_threadsafe(settle)
 
 
+@dataclass(frozen=True, slots=True)
+class _Ended:
+    """The guard's answer to a blocked sync call: its value, or what it raised."""
+
+    value: Any = None
+    error: BaseException | None = None
+
+    def unwrap(self) -> Any:
+        if self.error is not None:
+            raise self.error
+        return self.value
+
+
 class _Caller:
     """One blocked sync call: waits for its answer, and runs its write when the guard hands it."""
 
     def __init__(self) -> None:
-        self._inbox: queue.SimpleQueue[_Write | None] = queue.SimpleQueue()
+        self._inbox: queue.SimpleQueue[_Write | _Ended] = queue.SimpleQueue()
 
     async def execute(self, function: Callable[..., Any], args: Any, kwargs: Any) -> Any:
         """On the loop: have the calling thread run the write, and wait for it."""
@@ -105,6 +120,23 @@ class _Caller:
         done: asyncio.Future[Any] = loop.create_future()
         self._inbox.put(_Write(function, args, kwargs, current_operation(), loop, done))
         return await done
+
+    async def _relay(self, coroutine: Coroutine[Any, Any, Any]) -> None:
+        """The task on the loop: `coroutine`'s answer goes to the caller from inside the task's
+        last step (a done callback would cost the loop one more turn before the caller wakes)."""
+        try:
+            value = await coroutine
+        except BaseException as error:
+            self._inbox.put(_Ended(error=error))
+            if not isinstance(error, Exception | asyncio.CancelledError):
+                raise  # KeyboardInterrupt, SystemExit: the loop's to stop on
+        else:
+            self._inbox.put(_Ended(value))
+
+    def _cancelled_unstarted(self, task: asyncio.Task[None]) -> None:
+        """A task cancelled before its first step never ran `_relay`: tell the caller."""
+        if task.cancelled():
+            self._inbox.put(_Ended(error=asyncio.CancelledError()))
 
     def wait(self, loop: asyncio.AbstractEventLoop, coroutine: Coroutine[Any, Any, T]) -> T:
         """Run `coroutine` as a task on `loop`, blocking until it ends and running handed-back
@@ -115,23 +147,24 @@ class _Caller:
         """
         context = Context()  # the task's own: the caller's context variables stay with the caller
         context.run(_caller.set, self)
-        started: list[asyncio.Task[T]] = []
+        started: list[asyncio.Task[None]] = []
 
         def start() -> None:
-            task = loop.create_task(coroutine, context=context)
-            task.add_done_callback(lambda _: self._inbox.put(None))
+            task = loop.create_task(self._relay(coroutine), context=context)
+            task.add_done_callback(self._cancelled_unstarted)
             started.append(task)
 
         loop.call_soon_threadsafe(start)
         try:
-            while (write := self._inbox.get()) is not None:
-                write.run()
+            while isinstance(item := self._inbox.get(), _Write):
+                item.run()
         except BaseException:
             # Interrupted (KeyboardInterrupt, SystemExit): the guard's task is cancelled and
             # records what it knows, as for an async caller that goes away. `start` ran first.
             loop.call_soon_threadsafe(lambda: started[0].cancel())
             raise
-        return started[0].result()
+        answer: T = item.unwrap()
+        return answer
 
 
 _caller: ContextVar[_Caller | None] = ContextVar("writesafe_sync_caller", default=None)
@@ -263,18 +296,29 @@ class SyncWriteSafe:
         auth_context: object = None,
         key_from_arguments: bool = False,
     ) -> Invocation[R]:
-        """`Tool.invoke`, blocking, on this process's loop thread."""
-        return self._run(
-            lambda twin: tool.invoke(
-                args,
-                kwargs,
-                key=key,
-                scope=scope,
-                auth_context=auth_context,
-                key_from_arguments=key_from_arguments,
-                through=twin,
+        """`Tool.invoke`, blocking: a replay Redis has is read on this thread (`_replays`),
+        anything else runs on this process's loop thread."""
+        loop_thread = self._loop_thread()
+        twin = loop_thread.twin
+        try:
+            call = tool.prepare(args, kwargs, key, scope, auth_context, key_from_arguments)
+        except WriteSafeError:
+            # Raised on the loop, as the async path raises it (after the ledger's own refusal).
+            return loop_thread.run(
+                lambda: tool.invoke(
+                    args,
+                    kwargs,
+                    key=key,
+                    scope=scope,
+                    auth_context=auth_context,
+                    key_from_arguments=key_from_arguments,
+                    through=twin,
+                )
             )
-        )
+        replay = cached_replay(twin, call)
+        if replay is not None:
+            return replay
+        return loop_thread.run(lambda: tool.run(call, through=twin))
 
     def start(self) -> None:
         """`WriteSafe.start`, blocking: check (or create) the schema before the first call."""
