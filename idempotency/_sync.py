@@ -95,24 +95,11 @@ class _Write:
             self.loop.call_soon_threadsafe(settle)
 
 
-@dataclass(frozen=True, slots=True)
-class _Ended:
-    """The guard's answer to a blocked sync call: its value, or what it raised."""
-
-    value: Any = None
-    error: BaseException | None = None
-
-    def unwrap(self) -> Any:
-        if self.error is not None:
-            raise self.error
-        return self.value
-
-
 class _Caller:
     """One blocked sync call: waits for its answer, and runs its write when the guard hands it."""
 
     def __init__(self) -> None:
-        self._inbox: queue.SimpleQueue[_Write | _Ended] = queue.SimpleQueue()
+        self._inbox: queue.SimpleQueue[_Write | None] = queue.SimpleQueue()
 
     async def execute(self, function: Callable[..., Any], args: Any, kwargs: Any) -> Any:
         """On the loop: have the calling thread run the write, and wait for it."""
@@ -120,23 +107,6 @@ class _Caller:
         done: asyncio.Future[Any] = loop.create_future()
         self._inbox.put(_Write(function, args, kwargs, current_operation(), loop, done))
         return await done
-
-    async def _relay(self, coroutine: Coroutine[Any, Any, Any]) -> None:
-        """The task on the loop: `coroutine`'s answer goes to the caller from inside the task's
-        last step (a done callback would cost the loop one more turn before the caller wakes)."""
-        try:
-            value = await coroutine
-        except BaseException as error:
-            self._inbox.put(_Ended(error=error))
-            if not isinstance(error, Exception | asyncio.CancelledError):
-                raise  # KeyboardInterrupt, SystemExit: the loop's to stop on
-        else:
-            self._inbox.put(_Ended(value))
-
-    def _cancelled_unstarted(self, task: asyncio.Task[None]) -> None:
-        """A task cancelled before its first step never ran `_relay`: tell the caller."""
-        if task.cancelled():
-            self._inbox.put(_Ended(error=asyncio.CancelledError()))
 
     def wait(self, loop: asyncio.AbstractEventLoop, coroutine: Coroutine[Any, Any, T]) -> T:
         """Run `coroutine` as a task on `loop`, blocking until it ends and running handed-back
@@ -147,24 +117,23 @@ class _Caller:
         """
         context = Context()  # the task's own: the caller's context variables stay with the caller
         context.run(_caller.set, self)
-        started: list[asyncio.Task[None]] = []
+        started: list[asyncio.Task[T]] = []
 
         def start() -> None:
-            task = loop.create_task(self._relay(coroutine), context=context)
-            task.add_done_callback(self._cancelled_unstarted)
+            task = loop.create_task(coroutine, context=context)
+            task.add_done_callback(lambda _: self._inbox.put(None))
             started.append(task)
 
         loop.call_soon_threadsafe(start)
         try:
-            while isinstance(item := self._inbox.get(), _Write):
-                item.run()
+            while (write := self._inbox.get()) is not None:
+                write.run()
         except BaseException:
             # Interrupted (KeyboardInterrupt, SystemExit): the guard's task is cancelled and
             # records what it knows, as for an async caller that goes away. `start` ran first.
             loop.call_soon_threadsafe(lambda: started[0].cancel())
             raise
-        answer: T = item.unwrap()
-        return answer
+        return started[0].result()
 
 
 _caller: ContextVar[_Caller | None] = ContextVar("writesafe_sync_caller", default=None)
