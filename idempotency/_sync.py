@@ -254,41 +254,6 @@ class SyncWriteSafe:
         loop_thread = self._loop_thread()
         return loop_thread.run(lambda: call(loop_thread.twin))
 
-    def invoke(
-        self,
-        tool: Tool[R],
-        args: tuple[Any, ...],
-        kwargs: dict[str, Any],
-        *,
-        key: str | None,
-        scope: str = DEFAULT_SCOPE,
-        auth_context: object = None,
-        key_from_arguments: bool = False,
-    ) -> Invocation[R]:
-        """`Tool.invoke`, blocking: a replay Redis has is read on this thread (`_replays`),
-        anything else runs on this process's loop thread."""
-        loop_thread = self._loop_thread()
-        twin = loop_thread.twin
-        try:
-            call = tool.prepare(args, kwargs, key, scope, auth_context, key_from_arguments)
-        except WriteSafeError:
-            # Raised on the loop, as the async path raises it (after the ledger's own refusal).
-            return loop_thread.run(
-                lambda: tool.invoke(
-                    args,
-                    kwargs,
-                    key=key,
-                    scope=scope,
-                    auth_context=auth_context,
-                    key_from_arguments=key_from_arguments,
-                    through=twin,
-                )
-            )
-        replay = cached_replay(twin, call)
-        if replay is not None:
-            return replay
-        return loop_thread.run(lambda: tool.run(call, through=twin))
-
     def start(self) -> None:
         """`WriteSafe.start`, blocking: check (or create) the schema before the first call."""
         self._run(lambda twin: twin.start())
@@ -379,13 +344,16 @@ class SyncTool(Generic[R]):
         auth_context: object = None,
         key_from_arguments: bool = False,
     ) -> Invocation[R]:
-        """Like `Tool.invoke`, blocking: the result and whether it was replayed."""
-        return self._facade.invoke(
-            self.tool,
-            args,
-            kwargs,
-            key=key,
-            scope=scope,
-            auth_context=auth_context,
-            key_from_arguments=key_from_arguments,
-        )
+        """Like `Tool.invoke`, blocking: the result and whether it was replayed. A replay Redis
+        has is read on this thread (`_replays`); anything else runs on the loop thread."""
+        loop_thread = self._facade._loop_thread()
+        twin = loop_thread.twin
+        try:
+            call = self.tool.prepare(args, kwargs, key, scope, auth_context, key_from_arguments)
+        except WriteSafeError:
+            loop_thread.run(twin.guard)  # an unreachable ledger is told first, as when async
+            raise
+        replay = cached_replay(twin, call)
+        if replay is not None:
+            return replay
+        return loop_thread.run(lambda: self.tool.run(call, through=twin))

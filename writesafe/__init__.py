@@ -57,7 +57,7 @@ from writesafe.idempotency import (
 
 if TYPE_CHECKING:
     from writesafe.idempotency._celery import idempotent_task
-    from writesafe.idempotency._django import idempotent_django_view
+    from writesafe.idempotency._django import IdempotencyMiddleware, idempotent_django_view
     from writesafe.idempotency._fastapi import idempotent_route
     from writesafe.idempotency._flask import idempotent_flask_view
     from writesafe.idempotency._http import REPLAYED_HEADER
@@ -67,6 +67,7 @@ if TYPE_CHECKING:
 # The integrations import FastAPI and the MCP SDK: loaded on first use, as in writesafe.idempotency.
 _INTEGRATIONS = frozenset(
     {
+        "IdempotencyMiddleware",
         "REPLAYED_HEADER",
         "add_mcp_tool",
         "add_problem_handlers",
@@ -84,6 +85,7 @@ __all__ = [
     "ErrorEnvelope",
     "FencedTransport",
     "Found",
+    "IdempotencyMiddleware",
     "Invocation",
     "LeaseLost",
     "LookupOperation",
