@@ -1,6 +1,7 @@
 """Plant each known bug in a throwaway copy of the repository and show that a check catches it.
 
     python scripts/mutation_check.py [--only NAME ...] [--orders 120] [--no-baseline]
+        [--no-chaos | --no-tests]
 
 A proof that cannot fail proves nothing. Each mutation in `scripts/mutations/` is one deliberate
 bug that the tests or a short chaos run must catch; this script copies the working tree's tracked
@@ -97,10 +98,24 @@ def copy_tree(target: Path) -> None:
     ).stdout.split(b"\0")
     for name in filter(None, listed):
         source = ROOT / name.decode()
-        if source.is_file():
-            destination = target / name.decode()
+        destination = target / name.decode()
+        if source.is_symlink():  # writesafe/idempotency -> ../idempotency, and its siblings
+            destination.parent.mkdir(parents=True, exist_ok=True)
+            destination.symlink_to(os.readlink(source))
+        elif source.is_file():
             destination.parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(source, destination)
+    imported = subprocess.run(
+        [sys.executable, "-c", "import writesafe.idempotency._guard as g; print(g.__file__)"],
+        cwd=target,
+        env={**_environment(), "PYTHONPATH": str(target)},
+        capture_output=True,
+        text=True,
+    ).stdout.strip()
+    # The project's editable install maps writesafe.* to this checkout: a copy that imported it
+    # would test the unpatched code, and every planted bug would look missed or, worse, caught.
+    if not Path(imported).resolve().is_relative_to(target.resolve()):
+        raise SystemExit(f"the copy in {target} imports {imported or 'nothing'}, not its own code")
 
 
 def apply(patch: Path, copy: Path) -> str | None:
@@ -201,11 +216,13 @@ def main() -> None:
     parser.add_argument("--orders", type=int, default=120, help="orders per chaos check")
     parser.add_argument("--no-baseline", action="store_true", help="skip the unpatched run")
     parser.add_argument("--no-chaos", action="store_true", help="run the tests only")
+    parser.add_argument("--no-tests", action="store_true", help="run the chaos checks only")
     args = parser.parse_args()
     chosen = [m for m in mutations(args.orders) if not args.only or m.name in args.only]
 
     def wanted(mutation: Mutation) -> list[Check]:
-        return [c for c in mutation.checks if not (args.no_chaos and _is_chaos(c))]
+        skipped = {True: args.no_chaos, False: args.no_tests}
+        return [c for c in mutation.checks if not skipped[_is_chaos(c)]]
 
     print("| bug | check | verdict | time | what it saw |")
     print("|---|---|---|---|---|", flush=True)
