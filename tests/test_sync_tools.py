@@ -27,6 +27,7 @@ from writesafe import (
     ToolError,
     WriteSafeError,
 )
+from writesafe.idempotency._keystore import RedisKeyStore
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -473,3 +474,24 @@ async def test_a_replay_redis_has_is_answered_on_the_calling_thread(
         await asyncio.to_thread(charge, 999, idempotency_key="c-1")
     assert reused.value.envelope.code == "KEY_REUSED"
     assert effects == [100]
+
+
+async def test_a_sync_replay_with_redis_down_is_the_ledgers(make_ws: MakeWriteSafe) -> None:
+    ws = make_ws(redis_url="redis://127.0.0.1:1/0", redis_prefix="ws-test-down")  # nothing there
+    effects: list[int] = []
+
+    @ws.tool("charge")
+    def charge(cents: int) -> int:
+        effects.append(cents)
+        return cents
+
+    first = await asyncio.to_thread(charge.invoke, (100,), {}, key="c-1")
+    again = await asyncio.to_thread(charge.invoke, (100,), {}, key="c-1")
+
+    assert (first.replayed, again.replayed, again.value) == (False, True, 100)
+    assert effects == [100]
+    # The calling thread's read degrades as the loop's commands do: no answer, the breaker open.
+    store = RedisKeyStore("redis://127.0.0.1:1/0", prefix="ws-test-down")  # its breaker closed
+    assert await asyncio.to_thread(store.cached_now, "default", "c-1") is None
+    assert not store.available
+    await store.close()
