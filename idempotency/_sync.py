@@ -15,7 +15,8 @@ stopped, so the call raises that envelope when the function returns.
 Not `asyncio.run` per call: that builds a loop, new connections and a new schema check on every
 call, and cannot run inside a running loop. A loop thread costs two thread hand-offs per call
 (`bench.guard` measures them) and works from any thread, inside a running loop too (that loop is
-blocked for the call, as by any blocking function).
+blocked for the call, as by any blocking function). A replay Redis has costs none: it is read on
+the calling thread (`_replays`).
 """
 
 from __future__ import annotations
