@@ -112,7 +112,10 @@ class IdempotencyMiddleware:
             raise ImproperlyConfigured("WRITESAFE_IDEMPOTENCY['writesafe'] is not a WriteSafe")
         self._ws = ws
         self._routes: dict[str, dict[str, Any]] = {
-            route: {"name": route, **{k: _imported(v) for k, v in options.items()}}
+            route: {
+                "name": route,
+                **{k: _imported(v) if k in _DOTTED else v for k, v in options.items()},
+            }
             for route, options in config["views"].items()
         }
         self._guards: dict[str, tuple[GuardedView, Callable[[HttpRequest], str] | None]] = {}
@@ -161,9 +164,13 @@ class IdempotencyMiddleware:
             return self._guards[route]
 
 
+# The options of a settings entry that may name a function by its dotted path.
+_DOTTED = frozenset({"scope", "lookup", "adapter"})
+
+
 def _imported(value: Any) -> Any:
-    """A setting's value, or what its dotted path names."""
-    return import_string(value) if isinstance(value, str) and "." in value else value
+    """A setting's value, or what it names when it is a dotted path."""
+    return import_string(value) if isinstance(value, str) else value
 
 
 def _guarded_response(

@@ -126,7 +126,7 @@ def configure_django(work: Path, *, middleware: bool = False) -> None:
         settings.WRITESAFE_IDEMPOTENCY = {
             "writesafe": shop.ws,
             "views": {
-                "orders": {"name": "django_orders"},
+                "orders": {"name": "django.orders", "scope": f"{__name__}.tenant_of"},
                 "/slow": {"name": "django_slow", "wait_timeout": SLOW_WAIT_TIMEOUT},
             },
         }
@@ -137,6 +137,11 @@ def configure_django(work: Path, *, middleware: bool = False) -> None:
         orders=idempotent_django_view(shop.ws, "django_orders")(orders),
         slow=idempotent_django_view(shop.ws, "django_slow", wait_timeout=SLOW_WAIT_TIMEOUT)(slow),
     )
+
+
+def tenant_of(request: Any) -> str:
+    """The middleware's `scope` for `orders`, named in settings by its dotted path."""
+    return "shop-tenant"
 
 
 def django_app() -> Any:
