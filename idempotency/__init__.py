@@ -25,7 +25,11 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-from writesafe.idempotency._context import OperationContext, current_operation
+from writesafe.idempotency._context import (
+    NoCurrentOperation,
+    OperationContext,
+    current_operation,
+)
 from writesafe.idempotency._errors import WriteSafeError
 from writesafe.idempotency._fence import LeaseLost
 from writesafe.idempotency._httpx import FencedTransport, SyncFencedTransport, fenced_client
@@ -88,6 +92,7 @@ __all__ = [
     "Invocation",
     "LeaseLost",
     "LookupOperation",
+    "NoCurrentOperation",
     "NotFound",
     "OperationContext",
     "OperationFilter",

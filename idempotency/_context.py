@@ -34,11 +34,31 @@ class OperationContext:
         self._fence.admit()
 
 
+class NoCurrentOperation(RuntimeError):
+    """`current_operation()` was called outside a guarded write (or its lookup): there is no
+    operation whose key to forward. A programming error, not a failure of the write."""
+
+    def __init__(self) -> None:
+        super().__init__(
+            "current_operation() is only available inside a guarded write or its lookup"
+        )
+
+
 _current: ContextVar[OperationContext | None] = ContextVar("writesafe_operation", default=None)
 
 
-def current_operation() -> OperationContext | None:
-    """The operation being executed by the calling task, or None outside a guarded write."""
+def current_operation() -> OperationContext:
+    """The operation being executed by the calling task; raises `NoCurrentOperation` outside a
+    guarded write, so that inside one `current_operation().key` is a plain `str`."""
+    operation = _current.get()
+    if operation is None:
+        raise NoCurrentOperation
+    return operation
+
+
+def active_operation() -> OperationContext | None:
+    """The operation being executed by the calling task, or None: for code that runs both inside
+    and outside guarded writes (the fenced transports, tracing)."""
     return _current.get()
 
 

@@ -31,6 +31,7 @@ from writesafe.idempotency._http import (
 )
 from writesafe.idempotency._http_errors import http_exception_refusal, problem_response
 from writesafe.idempotency._keys import DEFAULT_SCOPE
+from writesafe.idempotency._route_openapi import GUARDED
 from writesafe.reconciler import DEFAULT_ADAPTER, Adapter
 
 if TYPE_CHECKING:
@@ -82,6 +83,8 @@ def idempotent_route(
     the authenticated user. Without a key the route answers 400, unless `required=False`, which
     runs it unguarded. `lookup(operation)` returns `Found(body)` when the effect of an unknown
     outcome exists downstream. Other `options` are the bounds of `ws.tool` (timeout, ...).
+    `add_problem_handlers(app)` makes the app's OpenAPI document the header and the problems
+    the route answers (400, 409, 422, 502, 503, 504) as they are.
     """
 
     def decorate(endpoint: Endpoint) -> Endpoint:
@@ -122,6 +125,7 @@ def idempotent_route(
         for attribute in ("__module__", "__name__", "__qualname__", "__doc__"):
             setattr(guarded, attribute, getattr(endpoint, attribute))
         guarded.__signature__ = signature  # type: ignore[attr-defined]
+        setattr(guarded, GUARDED, required)  # read by the OpenAPI of add_problem_handlers
         return guarded
 
     return decorate

@@ -12,6 +12,7 @@ from starlette.exceptions import HTTPException
 
 from writesafe.idempotency._errors import WriteSafeError, invalid_input
 from writesafe.idempotency._http import Refusal, problem
+from writesafe.idempotency._route_openapi import document_problems
 from writesafe.reconciler import ErrorEnvelope
 
 
@@ -31,9 +32,11 @@ def problem_response(envelope: ErrorEnvelope, *, status: int | None = None) -> J
 
 def add_problem_handlers(app: FastAPI) -> None:
     """Answer FastAPI's request validation errors and any `WriteSafeError` an endpoint lets
-    through as problem+json carrying the envelope, like the guarded routes' own failures."""
+    through as problem+json carrying the envelope, like the guarded routes' own failures; the
+    app's OpenAPI then documents them so (`document_problems`)."""
     app.add_exception_handler(RequestValidationError, _validation_problem)
     app.add_exception_handler(WriteSafeError, _writesafe_problem)
+    document_problems(app)
 
 
 async def _validation_problem(_request: Request, error: Exception) -> JSONResponse:

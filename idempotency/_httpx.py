@@ -16,7 +16,7 @@ from typing import Any
 
 import httpx
 
-from writesafe.idempotency._context import OperationContext, current_operation
+from writesafe.idempotency._context import OperationContext, active_operation
 from writesafe.idempotency._tracing import inject_trace_context
 
 KEY_HEADER = "Idempotency-Key"
@@ -38,7 +38,7 @@ class _Fencing:
         self._token_header = token_header
 
     def admit(self, request: httpx.Request) -> None:
-        operation = current_operation()
+        operation = active_operation()
         if operation is None:
             return
         operation.fence()

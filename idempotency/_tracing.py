@@ -23,7 +23,7 @@ from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, TypeVar
 
-from writesafe.idempotency._context import current_operation
+from writesafe.idempotency._context import active_operation
 from writesafe.idempotency._errors import WriteSafeError
 from writesafe.idempotency._logging import operation_logged
 from writesafe.reconciler import Found, LookupOperation, LookupResult, NotFound, ReconcileReport
@@ -172,7 +172,7 @@ async def _execute(tracer: Tracer, tool: str, write: Awaitable[R]) -> R:
     counts = _counts.get()
     if counts is not None:
         counts.executions += 1
-    operation = current_operation()
+    operation = active_operation()
     attributes: dict[str, str | int] = {"writesafe.tool": tool}
     if operation is not None:
         attributes |= {"writesafe.key": operation.key, "writesafe.execution": operation.execution}

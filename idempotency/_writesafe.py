@@ -241,10 +241,11 @@ class WriteSafe:
         return self._lookups
 
     @staticmethod
-    def current_operation() -> OperationContext | None:
+    def current_operation() -> OperationContext:
         """Inside a guarded write: its key, scope, tool and execution number. Send the key
         downstream as a client reference / Idempotency-Key so that a lookup can search by it (a
-        write may also declare an `idempotency_key` parameter to receive it)."""
+        write may also declare an `idempotency_key` parameter to receive it). Outside one it
+        raises `NoCurrentOperation`."""
         return current_operation()
 
     # -- lifecycle -----------------------------------------------------------------------

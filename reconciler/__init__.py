@@ -56,6 +56,7 @@ from writesafe.reconciler._problem import (
     HTTP_STATUS,
     PROBLEM_MEDIA_TYPE,
     Problem,
+    ProblemBody,
     from_problem,
     to_problem,
 )
@@ -159,6 +160,7 @@ __all__ = [
     "OperationStatus",
     "OperationSummary",
     "Problem",
+    "ProblemBody",
     "ProvenAbsent",
     "RawResponse",
     "ReconcilePolicy",

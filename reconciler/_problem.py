@@ -11,6 +11,8 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
+from pydantic import ConfigDict, Field
+
 from writesafe.reconciler._causes import Untrusted
 from writesafe.reconciler._classify import Classification
 from writesafe.reconciler._contract import CODES, Code, CodeRegistry, ErrorEnvelope, NextAction
@@ -48,6 +50,18 @@ HTTP_STATUS_BY_ACTION: dict[NextAction, int] = {
     NextAction.HANDOFF: 502,
 }
 """Statuses of registered user codes, which the code table cannot know: by next action."""
+
+
+class ProblemBody(ErrorEnvelope):
+    """The body `to_problem` renders, for documents that describe it (OpenAPI): the RFC 9457
+    members, then every envelope member as an extension. Never built at run time."""
+
+    model_config = ConfigDict(title="WriteSafeProblem")  # a component name users will not have
+
+    type: str = Field(description="The problem type: a tag URI ending in the code.")
+    title: str
+    status: int = Field(ge=400, le=599)
+    detail: str = Field(description="The envelope's message.")
 
 
 @dataclass(frozen=True, slots=True)

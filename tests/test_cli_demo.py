@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import json
+import re
+from pathlib import Path
 
+import pytest
 from typer.testing import CliRunner
 
 from writesafe.cli import app
@@ -41,3 +44,29 @@ def test_demo_prints_tables_for_people() -> None:
     assert "temporary directory" in result.output  # where the ledger lives
     assert "Try next" in result.output
     assert "{'order_id'" not in result.output  # JSON, not Python reprs
+
+
+def test_what_the_demo_says_to_try_next_works(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The "Try next" commands, run as printed: the kept ledger, then an operation's status (its
+    result as JSON, not a Python repr); a second run on that ledger says why nothing executed."""
+    monkeypatch.chdir(tmp_path)
+    runner = CliRunner()
+    first = runner.invoke(app, ["demo"])
+    advice = " ".join(first.output.split())  # rich wraps lines
+    commands = re.findall(r"`(writesafe [^`]+)`", advice[advice.index("Try next") :])
+    assert [c.split()[1] for c in commands] == ["demo", "status"]
+    keep, status = (command.split()[1:] for command in commands)
+    kept = runner.invoke(app, keep)
+    assert kept.exit_code == 0, kept.output
+    assert "already held" not in kept.output
+    shown = runner.invoke(app, status)
+    assert shown.exit_code == 0, shown.output
+    assert '{"order_id": "ord-004", "sku": "E5"}' in shown.output
+    assert "{'" not in shown.output
+    again = runner.invoke(app, [*keep, "--json"])
+    assert json.loads(again.output)["resumed"] is True
+    again = runner.invoke(app, keep)
+    assert "This ledger already held the story's keys" in " ".join(again.output.split())
+    assert "0 orders for 5 operations: no key ran twice" in again.output

@@ -185,9 +185,7 @@ async def test_the_guard_refuses_to_invoke_a_write_whose_fence_closed_since_the_
 
     @ws.tool("submit_order", timeout=None)
     async def submit_order(order: dict[str, Any]) -> str:
-        operation = ws.current_operation()
-        assert operation is not None
-        invoked.append(operation.execution)
+        invoked.append(ws.current_operation().execution)
         return "placed"
 
     original = ws.ledger.claim

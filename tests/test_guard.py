@@ -11,7 +11,14 @@ from redis.asyncio import Redis
 from sqlalchemy import event
 
 from tests.conftest import MakeWriteSafe
-from writesafe import Status, ToolError, WriteSafe, WriteSafeError, WriteSafeSettings
+from writesafe import (
+    NoCurrentOperation,
+    Status,
+    ToolError,
+    WriteSafe,
+    WriteSafeError,
+    WriteSafeSettings,
+)
 from writesafe.idempotency._redis_connections import RedisConnections
 from writesafe.ledger import ManualClock
 from writesafe.ledger._pg_writer import PostgresWriter
@@ -441,14 +448,14 @@ async def test_key_function_and_key_forwarded_to_the_write(make_ws: MakeWriteSaf
 
     @ws.tool("forward", key=lambda order: order["request_id"])
     async def forward(order: dict[str, str], idempotency_key: str) -> str:
-        current = ws.current_operation()
-        seen.append((idempotency_key, current.key if current else None))
+        seen.append((idempotency_key, ws.current_operation().key))
         return idempotency_key
 
     assert await forward({"request_id": "req-1"}) == "req-1"
     assert await forward({"request_id": "req-1"}) == "req-1"
     assert seen == [("req-1", "req-1")]
-    assert ws.current_operation() is None
+    with pytest.raises(NoCurrentOperation):  # outside the write there is none
+        ws.current_operation()
 
 
 @pytest.mark.parametrize(

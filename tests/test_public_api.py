@@ -25,6 +25,7 @@ EXPORTED = [
     "Invocation",
     "LeaseLost",
     "LookupOperation",
+    "NoCurrentOperation",
     "NotFound",
     "OperationContext",
     "OperationFilter",

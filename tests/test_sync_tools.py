@@ -20,6 +20,7 @@ from tests.conftest import MakeWriteSafe
 from writesafe import (
     Found,
     LookupOperation,
+    NoCurrentOperation,
     NotFound,
     ResolutionRefused,
     Status,
@@ -308,7 +309,6 @@ async def test_a_sync_write_sees_its_operation_and_fence_on_the_calling_thread(
     @ws.tool("fenced")
     def fenced() -> str:
         operation = ws.current_operation()
-        assert operation is not None
         operation.fence()  # admitted: the lease is fresh
         seen.append((threading.current_thread().name, operation.key, operation.fencing_token))
         return "sent"
@@ -321,7 +321,8 @@ async def test_a_sync_write_sees_its_operation_and_fence_on_the_calling_thread(
     await asyncio.to_thread(caller.join)
 
     assert seen == [("the-caller", "f-1", 1)]
-    assert ws.current_operation() is None  # nothing leaks out of the write
+    with pytest.raises(NoCurrentOperation):  # nothing leaks out of the write
+        ws.current_operation()
 
 
 async def test_an_interrupt_inside_a_sync_write_records_outcome_unknown(

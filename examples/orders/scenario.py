@@ -110,8 +110,7 @@ def _submit_order_tool(
         max_executions=MAX_EXECUTIONS,
     )
     async def submit_order(order: dict[str, Any]) -> dict[str, Any]:
-        operation = ws.current_operation()
-        reference = operation.key if operation else ""
+        reference = ws.current_operation().key
         response = await http.post("/orders", json=order, headers={"Idempotency-Key": reference})
         response.raise_for_status()
         created: dict[str, Any] = response.json()

@@ -100,8 +100,7 @@ async def _client(
 
         @ws.tool("shipment_lookup", adapter=adapter, max_executions=MAX_EXECUTIONS)
         async def lookup_shipment(shipment_ref: str) -> dict[str, Any]:
-            operation = ws.current_operation()
-            execution = str(operation.execution if operation else 0)
+            execution = str(ws.current_operation().execution)
             response = await http.get(
                 f"/shipments/{shipment_ref}",
                 headers={"Authorization": f"Bearer {session.token}", EXECUTION_HEADER: execution},

@@ -7,7 +7,12 @@ environment and dependencies are checked against the service and against each ot
 
 from __future__ import annotations
 
+import functools
+import json
 import re
+import secrets
+import subprocess
+import sys
 import tomllib
 from pathlib import Path
 from typing import Any
@@ -24,26 +29,48 @@ from writesafe.service import create_app
 
 ROOT = Path(__file__).resolve().parents[2]
 COMPOSE = ROOT / "compose.yaml"
-WRITESAFE_SERVICES = {"migrate", "api", "worker"}
+ENV_EXAMPLE = ROOT / ".env.example"
+WRITESAFE_SERVICES = {"migrate", "api", "worker"}  # those that run the writesafe CLI
+EXAMPLE_SERVICES = {"orders", "shop"}  # the default app's order service, and the shop itself
+VARIABLE = re.compile(r"\$\{(?P<name>[A-Z_]+)(?::-(?P<default>[^}]*)|:\?(?P<error>[^}]*))\}")
+PASSWORD = secrets.token_hex(16)  # what a user puts in .env: the repository has none
 
 
-def interpolate(value: Any) -> Any:
-    """Compose's `${VAR:-default}` with nothing set: the default (compose.yaml uses no other)."""
+def documented() -> dict[str, str]:
+    """.env.example's variables: `NAME=value` to set, `# NAME=default` documenting a default."""
+    found = re.findall(r"^(?:# )?([A-Z_]+)=(.*)$", ENV_EXAMPLE.read_text(), re.MULTILINE)
+    return dict(found)
+
+
+def interpolate(value: Any, env: dict[str, str]) -> Any:
+    """Compose's `${VAR:-default}` and `${VAR:?error}` (compose.yaml uses no other), from `env`."""
     if isinstance(value, str):
-        assert "$" not in re.sub(r"\$\{[A-Z_]+:-[^}]*\}", "", value), value
-        return re.sub(r"\$\{[A-Z_]+:-([^}]*)\}", r"\1", value)
+        assert "$" not in VARIABLE.sub("", value), value
+
+        def substitute(match: re.Match[str]) -> str:
+            if match["name"] in env:
+                return env[match["name"]]
+            assert match["error"] is None, f"compose refuses to start: {match['error']}"
+            return str(match["default"])
+
+        return VARIABLE.sub(substitute, value)
     if isinstance(value, list):
-        return [interpolate(v) for v in value]
+        return [interpolate(v, env) for v in value]
     if isinstance(value, dict):
-        return {k: interpolate(v) for k, v in value.items()}
+        return {k: interpolate(v, env) for k, v in value.items()}
     return value
+
+
+def load(env: dict[str, str]) -> dict[str, Any]:
+    loaded = interpolate(yaml.safe_load(COMPOSE.read_text()), env)
+    assert isinstance(loaded, dict)
+    return loaded
 
 
 @pytest.fixture(scope="module")
 def compose() -> dict[str, Any]:
-    loaded = interpolate(yaml.safe_load(COMPOSE.read_text()))
-    assert isinstance(loaded, dict)
-    return loaded
+    """compose.yaml as `docker compose up` sees it with a .env that sets just the password."""
+    return load({"POSTGRES_PASSWORD": PASSWORD})
 
 
 def parse(args: list[str]) -> tuple[Any, Any]:
@@ -59,12 +86,100 @@ def parse(args: list[str]) -> tuple[Any, Any]:
     return command, command.make_context(context.info_name, list(args), parent=context.parent)
 
 
-def test_the_services_are_the_stores_the_migration_the_api_and_the_workers(
+def test_the_services_are_the_stores_the_migration_the_api_the_workers_and_the_example(
     compose: dict[str, Any],
 ) -> None:
-    assert set(compose["services"]) == {"postgres", "redis", *WRITESAFE_SERVICES}
-    for name in WRITESAFE_SERVICES:
-        assert compose["services"][name]["build"] == "."
+    services = compose["services"]
+    assert set(services) == {"postgres", "redis", *WRITESAFE_SERVICES, *EXAMPLE_SERVICES}
+    for name in WRITESAFE_SERVICES | EXAMPLE_SERVICES:
+        assert services[name]["build"] == "."
+
+
+def test_no_secret_is_in_the_file_and_every_setting_is_documented() -> None:
+    raw = yaml.safe_load(COMPOSE.read_text())
+    assert raw["services"]["postgres"]["environment"]["POSTGRES_PASSWORD"].startswith(
+        "${POSTGRES_PASSWORD:?"
+    )
+    with pytest.raises(AssertionError, match="set POSTGRES_PASSWORD"):
+        load({})  # no default password: compose refuses to start without one
+    defaults = documented()
+    for match in VARIABLE.finditer(COMPOSE.read_text()):
+        assert match["name"] in defaults, f"{match['name']} is not in .env.example"
+        if match["default"] is not None:
+            assert defaults[match["name"]] == match["default"], match["name"]
+    assert defaults["POSTGRES_PASSWORD"] == ""  # documented, never given
+    ignored = (
+        (ROOT / ".gitignore").read_text().split(),
+        (ROOT / ".dockerignore").read_text().split(),
+    )
+    assert all(".env" in names for names in ignored)  # neither committed nor baked into the image
+
+
+def test_the_example_services_run_modules_of_the_repository(compose: dict[str, Any]) -> None:
+    """Each example service runs `uvicorn module:app` on the port it publishes, and the module
+    imports (with that service's environment) and has the app."""
+    for name in EXAMPLE_SERVICES:
+        service = compose["services"][name]
+        assert service["entrypoint"] == ["uvicorn"]
+        target, *options = service["command"]
+        assert options[:2] == ["--host", "0.0.0.0"]
+        port = options[options.index("--port") + 1]
+        assert service["ports"] == [f"{port}:{port}"]
+        module = target.split(":")[0]
+        assert (ROOT / Path(*module.split("."))).with_suffix(".py").is_file(), module
+        imported = imports(target, service["environment"])
+        assert imported["type"] == "FastAPI"
+
+
+def test_the_default_app_writes_to_and_looks_orders_up_at_the_compose_order_service(
+    compose: dict[str, Any],
+) -> None:
+    services = compose["services"]
+    orders = services["orders"]["command"]
+    port = orders[orders.index("--port") + 1]
+    _, serve_args = parse(services["api"]["command"])
+    assert serve_args.params["app"] == "examples.orders.shop:ws"
+    for name in ("api", "worker", "shop"):
+        imported = imports(serve_args.params["app"], services[name]["environment"])
+        assert imported["type"] == "WriteSafe"
+        assert imported["downstream"] == f"http://orders:{port}"
+        assert {"place_order", "refund_order"} <= set(imported["lookups"])
+    for name in ("api", "worker", "shop"):  # their lookups need it answering
+        assert services[name]["depends_on"]["orders"] == {"condition": "service_healthy"}
+    assert "healthcheck" in services["orders"]
+
+
+def imports(target: str, environment: dict[str, str]) -> dict[str, Any]:
+    """Import `module:attribute` as the container would: a fresh interpreter in the repository
+    root with the service's environment (the example reads its downstream URL at import)."""
+    return dict(_imported(target, tuple(sorted(environment.items()))))
+
+
+@functools.cache
+def _imported(target: str, environment: tuple[tuple[str, str], ...]) -> dict[str, Any]:
+    script = f"""
+import importlib, json, sys
+module, attribute = {target!r}.split(":")
+loaded = importlib.import_module(module)
+value = getattr(loaded, attribute)
+json.dump({{
+    "type": type(value).__name__,
+    "downstream": getattr(loaded, "DOWNSTREAM_URL", None),
+    "lookups": sorted(getattr(value, "lookups", {{}})),
+}}, sys.stdout)
+"""
+    env = {"PATH": "/usr/bin:/bin", **dict(environment)}
+    done = subprocess.run(
+        [sys.executable, "-c", script],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    loaded: dict[str, Any] = json.loads(done.stdout)
+    return loaded
 
 
 def test_every_writesafe_command_parses_with_the_real_cli(compose: dict[str, Any]) -> None:
@@ -145,18 +260,23 @@ def test_the_environment_is_what_writesafe_reads_and_points_at_the_stores(
     services = compose["services"]
     prefix = WriteSafeSettings.model_config["env_prefix"]
     known = {f"{prefix}{field}".upper() for field in WriteSafeSettings.model_fields}
-    for name in WRITESAFE_SERVICES:
+    shop = (ROOT / "examples" / "orders" / "shop.py").read_text()
+    for name in WRITESAFE_SERVICES | EXAMPLE_SERVICES:
         env = services[name]["environment"]
-        assert set(env) <= known, set(env) - known
+        ours = {k for k in env if k.startswith(prefix.upper())}
+        assert ours <= known, ours - known
+        assert all(f'"{k}"' in shop for k in set(env) - ours)  # the rest the example reads
         database = make_url(env["WRITESAFE_DATABASE_URL"])
         postgres = services["postgres"]["environment"]
         assert database.drivername == "postgresql+asyncpg"
         assert (database.host, database.port) == ("postgres", 5432)
         assert database.username == postgres["POSTGRES_USER"]
-        assert database.password == postgres["POSTGRES_PASSWORD"]
+        assert database.password == postgres["POSTGRES_PASSWORD"] == PASSWORD
         assert database.database == postgres["POSTGRES_DB"]
         assert env["WRITESAFE_REDIS_URL"].startswith("redis://redis:6379/")
-        settings = WriteSafeSettings(**{k.removeprefix(prefix).lower(): v for k, v in env.items()})
+        settings = WriteSafeSettings(
+            **{k.removeprefix(prefix).lower(): v for k, v in env.items() if k in ours}
+        )
         assert settings.redis_url == env["WRITESAFE_REDIS_URL"]
 
 

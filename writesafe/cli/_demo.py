@@ -48,9 +48,11 @@ class FakeShop:
 
 @dataclass
 class Story:
-    """What the demo did, row by row, for the summary tables."""
+    """What the demo did, row by row, for the summary tables; `resumed` if the ledger already
+    held its keys (a run before it on the same `--database-url`), so every call replayed."""
 
     rows: list[tuple[str, str, str]] = field(default_factory=list)
+    resumed: bool = False
 
     def add(self, step: str, key: str, answer: str) -> None:
         self.rows.append((step, key, answer))
@@ -77,14 +79,18 @@ async def run_story(database_url: str) -> tuple[Story, FakeShop, WriteSafe]:
     async def submit_order(order: dict[str, Any], idempotency_key: str) -> dict[str, Any]:
         return await shop.submit(idempotency_key, order)
 
-    story = Story()
+    story = Story(resumed=await ws.status("ord-1") is not None)
     order = {"sku": "A1", "postcode": "560001"}
     await _attempt(story, "first order", "ord-1", submit_order(order, idempotency_key="ord-1"))
     await _attempt(story, "same key again", "ord-1", submit_order(order, idempotency_key="ord-1"))
     burst = [submit_order({"sku": "B2"}, idempotency_key="ord-2") for _ in range(20)]
     answers = await asyncio.gather(*burst, return_exceptions=True)
-    same = len({str(answer) for answer in answers}) == 1
-    story.add("20 concurrent duplicates", "ord-2", f"{'one answer for all' if same else answers}")
+    distinct = len({str(answer) for answer in answers})
+    story.add(
+        "20 concurrent duplicates",
+        "ord-2",
+        "one answer for all" if distinct == 1 else f"{distinct} different answers",
+    )
     changed = {"sku": "Z9", "postcode": "560001"}
     await _attempt(
         story, "same key, new payload", "ord-1", submit_order(changed, idempotency_key="ord-1")
@@ -155,6 +161,7 @@ def demo(
                 ],
                 "operations": [operation.model_dump(mode="json") for operation in operations],
                 "shop_orders": shop.orders,
+                "resumed": story.resumed,
             }
         )
         return
@@ -165,6 +172,11 @@ def demo(
         "20 duplicates at once, a busy shop, bad input, and a timeout after the shop committed.\n"
         f"Ledger: {where}\n"
     )
+    if story.resumed:
+        console.print(
+            "This ledger already held the story's keys (an earlier run): every call was answered "
+            "from it, so the shop, new in this process, received no order.\n"
+        )
     for table in _tables(story, shop, operations):
         console.print(table)
     console.print(

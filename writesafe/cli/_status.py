@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import json
+
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 from writesafe.cli._exit import ExitCode
 from writesafe.cli._loading import app_or_settings, fail
@@ -46,7 +49,8 @@ def _summary(found: OperationStatus) -> Table:
     table.add_row("executions", f"{found.executions} of {found.max_executions}")
     if found.error is not None:
         table.add_row("error", f"{found.error.code}: {found.error.message}")
-    table.add_row("result", repr(found.result))
+    # JSON as stored and as --json prints it (not a Python repr); Text, so no markup is read.
+    table.add_row("result", Text(json.dumps(found.result, ensure_ascii=False)))
     table.add_row("updated", found.updated_at.isoformat())
     return table
 

@@ -62,9 +62,11 @@ class ProblemDetails(BaseModel):
     status: int = Field(ge=400, le=599)
     detail: str | None = None
     instance: str | None = None
-    code: str | None = Field(
-        default=None,
-        description=f"What went wrong, to branch on: {', '.join(sorted(SERVICE_CODES.values()))}.",
+    code: str = Field(
+        description=(
+            f"What went wrong, to branch on: {', '.join(sorted(SERVICE_CODES.values()))}, or for "
+            "any other status its name (e.g. `NOT_ACCEPTABLE`)."
+        ),
     )
 
 
@@ -81,6 +83,12 @@ EnvelopeProblem = create_model(
 )
 
 
+def service_code(status: int) -> str:
+    """The `code` of a plain problem: the service's own, else the status's name (`NOT_ACCEPTABLE`),
+    so that no answer lacks a field to branch on, whatever Starlette raises."""
+    return SERVICE_CODES.get(status, HTTPStatus(status).name)
+
+
 def problem_response(
     status: int,
     detail: str | None = None,
@@ -92,7 +100,7 @@ def problem_response(
         title=HTTPStatus(status).phrase,
         status=status,
         detail=detail,
-        code=SERVICE_CODES.get(status),
+        code=service_code(status),
     )
     return JSONResponse(
         body.model_dump(mode="json", exclude_none=True),
