@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from writesafe.idempotency._context import (
     OperationContext,
-    current_operation,
+    active_operation,
     reset_current,
     set_current,
 )
@@ -106,7 +106,7 @@ class _Caller:
         """On the loop: have the calling thread run the write, and wait for it."""
         loop = asyncio.get_running_loop()
         done: asyncio.Future[Any] = loop.create_future()
-        self._inbox.put(_Write(function, args, kwargs, current_operation(), loop, done))
+        self._inbox.put(_Write(function, args, kwargs, active_operation(), loop, done))
         return await done
 
     def wait(self, loop: asyncio.AbstractEventLoop, coroutine: Coroutine[Any, Any, T]) -> T:
