@@ -264,6 +264,11 @@ class WriteSafe:
         twin._retry_budgets, twin.redaction = self._retry_budgets, self.redaction
         return twin
 
+    @property
+    def ready(self) -> bool:
+        """Whether the schema has been checked (or created) by `start`."""
+        return self._ready
+
     async def start(self) -> None:
         """Create/upgrade the embedded schema, or check that a migrated one is current."""
         async with self._lock():
