@@ -67,6 +67,8 @@ INSERT INTO writesafe_attempts (operation_id, kind, execution, owner, fingerprin
 SELECT id, 'execution', 1, md5(id::text), fingerprint, status, created_at, updated_at
 FROM writesafe_operations;
 """
+# SQLite keeps microseconds since the epoch (migration 0004).
+_LITE_AGE = f"(CAST(strftime('%s', 'now') AS INTEGER) - ({_NEWEST_FILL_AGE} - n)) * 1000000"
 _LITE_FILL = f"""
 WITH RECURSIVE g(n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM g WHERE n < ?)
 INSERT INTO writesafe_operations ({_COLUMNS})
@@ -75,15 +77,14 @@ SELECT 'default', 'fill-' || n, ?, ?,
        CASE WHEN n % 20 = 0 THEN NULL ELSE ? END,
        CASE WHEN n % 20 = 0 THEN ? ELSE NULL END,
        CASE WHEN n % 20 = 0 THEN 'INPUT_INVALID' ELSE NULL END,
-       datetime('now', '-' || ({_NEWEST_FILL_AGE} - n) || ' seconds'), 0,
-       datetime('now', '-' || ({_NEWEST_FILL_AGE} - n) || ' seconds'),
-       datetime('now', '-' || ({_NEWEST_FILL_AGE} - n) || ' seconds')
+       {_LITE_AGE}, 0, {_LITE_AGE}, {_LITE_AGE}
 FROM g;
 """
 _LITE_ATTEMPTS = """
 INSERT INTO writesafe_attempts (operation_id, kind, execution, owner, fingerprint, outcome,
                                 started_at, finished_at)
-SELECT id, 'execution', 1, hex(randomblob(16)), fingerprint, status, created_at, updated_at
+SELECT id, 'execution', 1, lower(hex(randomblob(16))), fingerprint, status, created_at,
+       updated_at
 FROM writesafe_operations;
 """
 
@@ -115,7 +116,8 @@ async def _fill_sqlite(path: Path, size: int) -> None:
     await ws.close()
     fp, arguments, result, error = _fill_values()
     async with aiosqlite.connect(path) as lite:
-        await lite.execute(_LITE_FILL, (size, TOOL, fp, arguments, result, error))
+        # The fingerprint as the ledger keeps it on SQLite: its 32 bytes.
+        await lite.execute(_LITE_FILL, (size, TOOL, bytes.fromhex(fp), arguments, result, error))
         await lite.execute(_LITE_ATTEMPTS)
         await lite.commit()
         await lite.execute("ANALYZE")

@@ -12,7 +12,8 @@ Ratios are p50 against p50 in the same run:
 
 - embedded first execution and replay against agent-once on SQLite: target <= 0.8x each;
 - PostgreSQL + Redis first execution against agent-once on PostgreSQL: target <= 0.7x;
-- PostgreSQL + Redis replay: the fastest replay measured.
+- PostgreSQL + Redis replay: faster than either of agent-once's (the issue's "fastest of every
+  library measured"; writesafe's own embedded replay, one local read, may be faster still).
 """
 
 from __future__ import annotations
@@ -133,15 +134,19 @@ def _report(series: list[Series]) -> dict[str, Any]:
             "writesafe pg+redis: replay", "agent-once pg: replay"
         ),
     }
-    replays = {name: value for name, value in p50.items() if name.endswith("replay")}
+    peer_replays = [
+        value
+        for name, value in p50.items()
+        if name.startswith("agent-once") and name.endswith("replay")
+    ]
     targets = {
         "embedded first execution <= 0.8x": ratios["embedded first execution / agent-once sqlite"]
         <= EMBEDDED_TARGET,
         "embedded replay <= 0.8x": ratios["embedded replay / agent-once sqlite"] <= EMBEDDED_TARGET,
         "pg+redis first execution <= 0.7x": ratios["pg+redis first execution / agent-once pg"]
         <= PRODUCTION_TARGET,
-        "pg+redis replay is the fastest": min(replays, key=replays.__getitem__)
-        == "writesafe pg+redis: replay",
+        "pg+redis replay faster than agent-once's": p50["writesafe pg+redis: replay"]
+        < min(peer_replays),
     }
     return {
         "p50_us": {name: round(value * 1e6, 1) for name, value in p50.items()},

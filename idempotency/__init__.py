@@ -61,7 +61,7 @@ from writesafe.reconciler import (
 
 if TYPE_CHECKING:
     from writesafe.idempotency._celery import idempotent_task
-    from writesafe.idempotency._django import idempotent_django_view
+    from writesafe.idempotency._django import IdempotencyMiddleware, idempotent_django_view
     from writesafe.idempotency._fastapi import idempotent_route
     from writesafe.idempotency._flask import idempotent_flask_view
     from writesafe.idempotency._http import REPLAYED_HEADER
@@ -77,6 +77,7 @@ _INTEGRATIONS = {
     "add_mcp_tool": "writesafe.idempotency._mcp",
     "idempotent_flask_view": "writesafe.idempotency._flask",  # extra: writesafe[flask]
     "idempotent_django_view": "writesafe.idempotency._django",  # extra: writesafe[django]
+    "IdempotencyMiddleware": "writesafe.idempotency._django",
     "idempotent_task": "writesafe.idempotency._celery",  # extra: writesafe[celery]
 }
 
@@ -87,6 +88,7 @@ __all__ = [
     "ErrorEnvelope",
     "FencedTransport",
     "Found",
+    "IdempotencyMiddleware",
     "Invocation",
     "LeaseLost",
     "LookupOperation",

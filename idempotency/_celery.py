@@ -15,6 +15,7 @@ from __future__ import annotations
 import functools
 import inspect
 from collections.abc import Callable
+from contextvars import ContextVar
 from typing import Any, TypeVar
 
 from celery import current_task
@@ -44,33 +45,33 @@ def idempotent_task(
     The key is the task id, or `key(*args, **kwargs)` of the task's arguments (e.g. an order id,
     so that two tasks sent for one order are one operation). `name` (default: the function's
     module and name) is the tool name in the ledger; `lookup`, `settle_after` and the other
-    `options` are those of `ws.tool`. The body is fingerprinted by its arguments, so the task must
-    not be `bind=True`: read the request from `celery.current_task` instead. IN_PROGRESS and
-    OUTCOME_UNKNOWN retry the task (within its `max_retries`); other failures raise
-    `WriteSafeError`.
+    `options` are those of `ws.tool`. The body is fingerprinted by its arguments; a body whose
+    first parameter is `self` is a bound task (`bind=True`): the task is passed to it and left
+    out of the fingerprint and of `key`. IN_PROGRESS and OUTCOME_UNKNOWN retry the task (within
+    its `max_retries`); other failures raise `WriteSafeError`.
     """
 
     def decorate(function: F) -> F:
-        parameters = list(inspect.signature(function).parameters)
-        if parameters[:1] == ["self"]:
-            raise TypeError(
-                f"{function.__name__}: idempotent_task fingerprints the task's arguments; "
-                "drop bind=True and use celery.current_task"
-            )
+        bound = list(inspect.signature(function).parameters)[:1] == ["self"]
         tool = ws.tool(
             name or f"{function.__module__}.{function.__qualname__}",
             lookup=lookup,
             settle_after=settle_after,
             **options,
-        )(function)
+        )(_unbound(function) if bound else function)
 
         @functools.wraps(function)
         def run(*args: Any, **kwargs: Any) -> Any:
-            task = current_task if current_task else None  # a proxy, false outside a task
+            if bound:
+                task, *rest = args
+                args = tuple(rest)
+            else:
+                task = current_task if current_task else None  # a proxy, false outside a task
             task_id = None if task is None else task.request.id
             chosen = key(*args, **kwargs) if key is not None else task_id
             if chosen is None:
                 raise invalid_input("idempotency_key", "called outside a worker: give key=")
+            token = _bound_task.set(task)
             try:
                 return tool(*args, idempotency_key=chosen, **kwargs)
             except WriteSafeError as error:
@@ -83,7 +84,27 @@ def idempotent_task(
                     else envelope.retry_after_ms / 1000
                 )
                 raise task.retry(exc=error, countdown=later) from error
+            finally:
+                _bound_task.reset(token)
 
         return run  # type: ignore[return-value]
 
     return decorate
+
+
+# The bound task of the call running on this thread (a sync tool runs its write here).
+_bound_task: ContextVar[Any] = ContextVar("writesafe_bound_task", default=None)
+
+
+def _unbound(function: Callable[..., Any]) -> Callable[..., Any]:
+    """A bound task's body as the tool sees it: without `self`, which the call passes in."""
+
+    @functools.wraps(function)
+    def body(*args: Any, **kwargs: Any) -> Any:
+        return function(_bound_task.get(), *args, **kwargs)
+
+    signature = inspect.signature(function)
+    body.__signature__ = signature.replace(  # type: ignore[attr-defined]
+        parameters=list(signature.parameters.values())[1:]
+    )
+    return body

@@ -50,15 +50,7 @@ def idempotent_flask_view(
     """
 
     def decorate(view: View) -> View:
-        guard = GuardedView(
-            ws,
-            name or view.__name__,
-            required=required,
-            lookup=lookup,
-            adapter=adapter,
-            refusal=_refusal,
-            options=options,
-        )
+        guard = GuardedView(ws, view, name, required, lookup, adapter, _refusal, options)
 
         @functools.wraps(view)
         def guarded(*args: Any, **kwargs: Any) -> Any:

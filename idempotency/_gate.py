@@ -18,12 +18,13 @@ from writesafe.ledger import AttemptKind, Intent, Ledger, OperationRecord, Statu
 from writesafe.reconciler import (
     Code,
     CodeRegistry,
-    ErrorEnvelope,
     Established,
     ProvenAbsent,
+    Unsettled,
     judge_lookup,
     operation_info,
     run_lookup,
+    stored_envelope,
 )
 
 ACTOR = "caller"
@@ -61,16 +62,20 @@ async def replay_gate(
     """
     if operation.status is Status.NEEDS_ATTENTION:
         raise _unknown(
-            codes, operation, "reconciliation could not establish the outcome; an operator must"
+            codes,
+            operation,
+            Unsettled.NEEDS_ATTENTION,
+            "reconciliation could not establish the outcome; an operator must",
         )
-    spec = call.tool.lookup_spec()
+    spec = call.tool.lookup_spec(codes)
     if spec.lookup is None:
-        if operation.error is not None:  # the answer the operation ended with
-            stored = ErrorEnvelope.model_validate_json(operation.error)
+        stored = stored_envelope(operation, codes)  # the answer the operation ended with
+        if stored is not None:
             raise WriteSafeError(stored.with_operation(operation_info(operation)))
         raise _unknown(
             codes,
             operation,
+            Unsettled.NO_LOOKUP,
             f"{call.tool.name} has no lookup, so the key never runs again by itself",
         )
     started_at = await ledger.now()  # the ledger's clock judges the settle window
@@ -111,12 +116,16 @@ async def replay_gate(
     await ledger.record_attempt(operation.id, AttemptKind.LOOKUP, **audit)
     reason = check.evidence.get("reason", "the lookup could not tell")
     retry_after_ms = check.retry_after_ms(started_at, _ASK_AGAIN_MS)
-    raise _unknown(codes, operation, f"the lookup could not confirm it: {reason}", retry_after_ms)
+    why = Unsettled.SETTLING if verdict.settling else Unsettled.LOOKUP_UNKNOWN
+    raise _unknown(
+        codes, operation, why, f"the lookup could not confirm it: {reason}", retry_after_ms
+    )
 
 
 def _unknown(
     codes: CodeRegistry,
     operation: OperationRecord,
+    cause: Unsettled,
     why: str,
     retry_after_ms: int | None = None,
 ) -> WriteSafeError:
@@ -125,6 +134,7 @@ def _unknown(
             Code.OUTCOME_UNKNOWN,
             f"an earlier execution may have been applied and is not run again: {why}",
             retry_after_ms=retry_after_ms,
+            cause=cause,
             operation=operation_info(operation),
         )
     )

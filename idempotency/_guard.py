@@ -16,14 +16,11 @@ import time
 from dataclasses import dataclass
 from typing import Any, NoReturn
 
-from sqlalchemy.exc import SQLAlchemyError
 from tenacity import (
     AsyncRetrying,
     RetryCallState,
     retry_if_exception_type,
     stop_after_attempt,
-    stop_after_delay,
-    wait_exponential,
 )
 
 from writesafe.idempotency._attempts import attempt
@@ -32,63 +29,56 @@ from writesafe.idempotency._errors import WriteSafeError
 from writesafe.idempotency._fence import Fence, LeaseLost
 from writesafe.idempotency._fills import CacheFills
 from writesafe.idempotency._gate import Resumed, replay_gate
-from writesafe.idempotency._keystore import CachedOutcome, LeaseState, RedisKeyStore
+from writesafe.idempotency._keystore import (
+    CachedOutcome,
+    LeaseState,
+    RedisKeyStore,
+    lease_token,
+    same_payload,
+)
 from writesafe.idempotency._leases import HeldLease, LeaseKeeper
 from writesafe.idempotency._logging import logged_call
-from writesafe.idempotency._metrics import (
-    EXECUTIONS,
-    LEASES_LOST,
-    RETRIES,
-    RETRIES_THROTTLED,
-    answered,
-)
+from writesafe.idempotency._metrics import RETRIES, RETRIES_THROTTLED, answered
 from writesafe.idempotency._reads import run_read
+from writesafe.idempotency._recording import LEDGER_ERRORS, record_outcome
 from writesafe.idempotency._results import ResultNotStored
 from writesafe.idempotency._spec import GuardedCall
 from writesafe.idempotency._tracing import traced_call
-from writesafe.ledger import (
-    Claim,
-    Intent,
-    LeaseHeld,
-    Ledger,
-    OperationRecord,
-    Outcome,
-    Status,
-    dumps_json,
-)
+from writesafe.ledger import Claim, Intent, LeaseHeld, Ledger, OperationRecord, Outcome, Status
 from writesafe.reconciler import (
-    LEDGER,
+    FIRST_POLL_SECONDS,
     Classification,
-    Code,
     CodeRegistry,
     Continuation,
     ErrorEnvelope,
-    FailedOperation,
-    Lost,
     OperationInfo,
     RetrySignal,
     RowAction,
-    SideEffects,
-    Untrusted,
+    after_failure,
     answer_failure,
+    cut_short,
     decide_continuation,
     decide_row,
     defer,
-    exhausted,
+    failed_operation,
     failure_of,
+    failure_outcome,
+    held_for_ms,
+    in_progress,
+    key_reused,
+    ledger_lost,
+    next_poll,
+    not_stored,
     operation_info,
     replay_timed,
+    stored_envelope,
+    stored_failure,
+    unrecorded,
+    waits_for_delay,
+    write_not_started,
 )
 
 logger = logging.getLogger("writesafe")
-
-# What "the ledger cannot be reached" looks like from here.
-LEDGER_ERRORS: tuple[type[BaseException], ...] = (SQLAlchemyError, OSError, TimeoutError)
-
-_MIN_RETRY_AFTER_MS = 50
-_MAX_RETRY_AFTER_MS = 5_000
-_MAX_POLL_SECONDS = 0.05
-_LEASE_LOST_RETRY_AFTER_MS = 1_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -213,7 +203,7 @@ class Guard:
 
     async def _lead(self, call: GuardedCall, deadline: float) -> _Answer:
         loop = asyncio.get_running_loop()
-        pause = 0.002
+        pause = FIRST_POLL_SECONDS
         await self._fills.settled((call.scope, call.key))
         first_look = True
         while True:
@@ -221,18 +211,18 @@ class Guard:
             first_look = False
             if isinstance(step, _Answer):
                 return step
-            remaining = deadline - loop.time()
-            if remaining <= 0:
+            poll = next_poll(step.retry_after_ms, pause, deadline - loop.time())
+            if poll is None:
                 raise await self._in_progress(call, step.retry_after_ms)
-            if step.retry_after_ms:
-                await asyncio.sleep(min(pause, remaining))
-                pause = min(pause * 2, _MAX_POLL_SECONDS)
+            if poll.sleep:
+                await asyncio.sleep(poll.sleep)
+            pause = poll.pause
 
     async def _attempt(self, call: GuardedCall, *, first_look: bool) -> _Answer | _Busy:
         """One try at the call; `first_look`: the call's first, which checks a busy lease against
         the ledger once."""
         owner = secrets.token_hex(16)
-        token = _store_token(owner, call.fingerprint)
+        token = lease_token(owner, call.fingerprint)
         holds_store_lease = False
         answer: _Answer | _Busy | None = None
         if self.keystore is not None:
@@ -241,9 +231,9 @@ class Guard:
             )
             if store.outcome is not None:
                 return self._replay_cached(call, store.outcome)
-            if store.state is LeaseState.BUSY and _same_payload(store.holder, call.fingerprint):
+            if store.state is LeaseState.BUSY and same_payload(store.holder, call.fingerprint):
                 finished = await self._finished_in_ledger(call) if first_look else None
-                return finished or _Busy(_MIN_RETRY_AFTER_MS)
+                return finished or _Busy(held_for_ms(0))
             holds_store_lease = store.state is LeaseState.ACQUIRED
         try:
             leased_at = time.monotonic()  # the claim sets the lease no earlier than this
@@ -264,7 +254,7 @@ class Guard:
     def _cache_behind(self, call: GuardedCall, succeeded: OperationRecord) -> None:
         """Copy the outcome to Redis behind the answer: the ledger has it, the caller goes on."""
         assert self.keystore is not None
-        fill = self.keystore.cache(call.scope, call.key, _cache_entry(succeeded))
+        fill = self.keystore.cache(call.scope, call.key, CachedOutcome.of(succeeded))
         self._fills.start((call.scope, call.key), fill)
 
     async def _finished_in_ledger(self, call: GuardedCall) -> _Answer | None:
@@ -283,7 +273,7 @@ class Guard:
             return None
         if row.fingerprint != call.fingerprint:
             raise self._key_reused(call, row.tool, operation_info(row))
-        answer = _replayed(call, row)
+        answer = self._replayed(call, row)
         self._cache_behind(call, row)
         return answer
 
@@ -322,7 +312,7 @@ class Guard:
         if action is RowAction.EXECUTE:
             return await self._execute(call, operation, owner, leased_at)
         if action is RowAction.REPLAY:
-            return _replayed(call, operation)
+            return self._replayed(call, operation)
         if action is RowAction.CONTINUE:
             return await self._continue_failed(call, operation, owner)
         if action is RowAction.KEY_REUSED:
@@ -331,7 +321,7 @@ class Guard:
             # The ledger judges the lease on its own clock: this process's may be off.
             expired = await self.ledger.expire(operation)
             if isinstance(expired, LeaseHeld):
-                return _Busy(_clamp_retry_after(expired.seconds_left * 1000))
+                return _Busy(held_for_ms(expired.seconds_left))
             if expired is None:
                 return _Busy(0)
             operation = expired
@@ -347,21 +337,11 @@ class Guard:
     async def _continue_failed(
         self, call: GuardedCall, operation: OperationRecord, owner: str
     ) -> _Answer | _Busy:
-        stored = _stored_envelope(operation)
-        # A continuation waits out a stated delay on the ledger's clock, which stamped the
-        # failure; with no delay stated, the failure's own time is as late as any (no round trip).
-        delayed = stored is not None and bool(stored.retry_after_ms)
-        now = await self.ledger.now() if delayed else operation.updated_at
+        stored = stored_envelope(operation, self.codes)
+        failed = failed_operation(operation, stored)
+        now = await self.ledger.now() if waits_for_delay(failed) else operation.updated_at
         decision = decide_continuation(
-            FailedOperation(
-                code=operation.last_code,
-                fingerprint=operation.fingerprint,
-                auth_hash=operation.auth_hash,
-                executions=operation.executions,
-                max_executions=operation.max_executions,
-                retry_after_ms=stored.retry_after_ms if stored else None,
-                failed_at=operation.updated_at,
-            ),
+            failed,
             fingerprint=call.fingerprint,
             auth_hash=call.auth_hash,
             now=now,
@@ -370,9 +350,7 @@ class Guard:
         if decision is Continuation.KEY_REUSED:
             raise self._key_reused(call, operation.tool, operation_info(operation))
         if decision is Continuation.STORED_FAILURE:
-            envelope = stored or self.codes.envelope(
-                Code.UNKNOWN_ERROR, "failed", cause=Untrusted.NO_STORED_FAILURE
-            )
+            envelope = stored_failure(stored, self.codes)
             raise WriteSafeError(envelope.with_operation(operation_info(operation)))
         leased_at = time.monotonic()
         restarted = await self.ledger.restart(operation, self._intent(call, owner))
@@ -394,7 +372,7 @@ class Guard:
         """
         started = time.monotonic()
         failure: _Retryable | None = None
-        store_token = None if self.keystore is None else _store_token(owner, call.fingerprint)
+        store_token = None if self.keystore is None else lease_token(owner, call.fingerprint)
 
         def fenced(at: float) -> HeldLease:
             """The lease of the current execution, fenced from its lease write sent `at`."""
@@ -451,12 +429,10 @@ class Guard:
                 async with deadline, fence:
                     value = await call.invoke()
             except BaseException as error:
-                classification = self._classify(
-                    call, error, timed_out=deadline.expired(), fence=fence
-                )
+                classification = self._classify(call, error, deadline.expired(), fence)
                 if _leaving(error):
                     # The caller is going away: record what we know, then let it go.
-                    outcome = _failure_outcome(classification)
+                    outcome = failure_outcome(classification)
                     await asyncio.shield(self._record(call, operation, owner, outcome))
                     raise
                 raise await self._failed(call, operation, owner, classification) from error
@@ -468,12 +444,13 @@ class Guard:
                 encoded, value = call.tool.codec.normalise(value)
                 outcome = Outcome(Status.SUCCEEDED, result=encoded)
             except ResultNotStored as unstorable:
-                outcome = self._not_stored(call, unstorable)
+                logger.warning("result of %s/%s not stored: %s", call.scope, call.key, unstorable)
+                outcome = not_stored(str(unstorable), unstorable.evidence, self.codes)
             recorded = await self._record(call, operation, owner, outcome)
             if recorded is None:
-                raise self._unrecorded(call, operation)
+                raise WriteSafeError(unrecorded(operation, self.codes))
             if recorded.result is None:
-                raise _stored_failure(recorded)
+                raise self._stored_failure(recorded)
             return _Answer(value, "executed", recorded)
         finally:
             reset_current(token)
@@ -485,63 +462,33 @@ class Guard:
         owner: str,
         classification: Classification,
     ) -> Exception:
-        """Decide how a failed execution ends: another execution, or an envelope for the caller."""
-        envelope = classification.envelope
-        outcome = _failure_outcome(classification)
-        throttled = False
-        if envelope.retryable and envelope.side_effects is SideEffects.NONE:
-            retry_allowed = call.tool.retry_budget.record_failure()
-            if operation.executions >= operation.max_executions:
-                outcome = self._exhausted(operation, outcome, envelope)
-                envelope = ErrorEnvelope.model_validate_json(outcome.error or "")
-            elif retry_allowed:
-                RETRIES.labels(call.tool.name).inc()
-                recorded = await self._record(call, operation, owner, outcome)
-                if recorded is None:
-                    # Fenced off, or the ledger is gone: end with the failure seen (no effect).
-                    return WriteSafeError(envelope.with_operation(operation_info(operation)))
-                return _Retryable(envelope, recorded)
-            else:
-                RETRIES_THROTTLED.labels(call.tool.name).inc()
-                throttled = True
-                envelope = call.tool.retry_policy.timed(envelope, operation.executions)
-                outcome = _failure_outcome(Classification(envelope, classification.evidence))
-        recorded = await self._record(call, operation, owner, outcome)
+        """End a failed execution as `after_failure` decides: another one, or an envelope."""
+        decision = after_failure(
+            classification,
+            executions=operation.executions,
+            max_executions=operation.max_executions,
+            retry_allowed=call.tool.retry_budget.record_failure,
+            policy=call.tool.retry_policy,
+            codes=self.codes,
+        )
+        envelope = decision.envelope
+        if decision.retry:
+            RETRIES.labels(call.tool.name).inc()
+        elif decision.throttled:
+            RETRIES_THROTTLED.labels(call.tool.name).inc()
+        recorded = await self._record(call, operation, owner, decision.outcome)
+        if decision.retry:
+            if recorded is None:
+                # Fenced off, or the ledger is gone: end with the failure seen (no effect),
+                # and when to come back.
+                timed = call.tool.retry_policy.timed(envelope, operation.executions)
+                return WriteSafeError(timed.with_operation(operation_info(operation)))
+            return _Retryable(envelope, recorded)
         if recorded is None:
-            return self._unrecorded(call, operation)
-        info = operation_info(recorded).model_copy(update={"throttled": throttled})
+            return WriteSafeError(unrecorded(operation, self.codes))
+        info = operation_info(recorded).model_copy(update={"throttled": decision.throttled})
         settle = call.tool.settle_after if call.tool.lookup is not None else None
-        envelope = replay_timed(envelope, settle)
-        return WriteSafeError(envelope.with_operation(info))
-
-    def _not_stored(self, call: GuardedCall, unstorable: ResultNotStored) -> Outcome:
-        """The write ran but its result cannot be kept: the operation succeeds without one, and
-        every caller with the key gets the same RESULT_NOT_STORED envelope instead of it."""
-        logger.warning("result of %s/%s not stored: %s", call.scope, call.key, unstorable)
-        envelope = self.codes.envelope(
-            Code.RESULT_NOT_STORED,
-            f"the write was applied, but its result was not stored: {unstorable}",
-        )
-        return Outcome(
-            status=Status.SUCCEEDED,
-            error=dumps_json(envelope.to_json_dict()),
-            code=envelope.code,
-            evidence=dumps_json(unstorable.evidence),
-        )
-
-    def _exhausted(
-        self, operation: OperationRecord, last: Outcome, envelope: ErrorEnvelope
-    ) -> Outcome:
-        """The operation ends RETRY_EXHAUSTED; its last attempt keeps the answer it really got."""
-        gave_up = exhausted(envelope, operation.executions, self.codes)
-        return Outcome(
-            status=Status.FAILED,
-            error=dumps_json(gave_up.to_json_dict()),
-            code=gave_up.code,
-            evidence=last.evidence,
-            attempt_error=last.error,
-            attempt_code=last.code,
-        )
+        return WriteSafeError(replay_timed(envelope, settle).with_operation(info))
 
     async def _next_execution(
         self, call: GuardedCall, failure: _Retryable, owner: str
@@ -560,231 +507,70 @@ class Guard:
     async def _record(
         self, call: GuardedCall, operation: OperationRecord, owner: str, outcome: Outcome
     ) -> OperationRecord | None:
-        """Write the outcome, retrying the ledger briefly; None if it could not be recorded."""
-        EXECUTIONS.labels(call.tool.name, outcome.status.value).inc()
-        tries = 0
-
-        async def record() -> OperationRecord | None:
-            nonlocal tries
-            tries += 1
-            recorded = await self.ledger.finish(operation, owner, outcome)
-            if recorded is None and tries > 1:
-                recorded = await self._committed_earlier(operation, outcome)
-            return recorded
-
-        def retrying() -> AsyncRetrying:
-            return AsyncRetrying(
-                stop=stop_after_delay(self.settings.record_retry_seconds) | stop_after_attempt(6),
-                wait=wait_exponential(multiplier=0.05, max=0.5),
-                retry=retry_if_exception_type(LEDGER_ERRORS),
-                reraise=True,
-            )
-
-        try:
-            recorded = await attempt(record, retrying)
-        except LEDGER_ERRORS as error:
-            logger.error(
-                "could not record the outcome of %s/%s (%s); its lease will hand it to "
-                "reconciliation",
-                call.scope,
-                call.key,
-                type(error).__name__,
-            )
-            return None
-        if recorded is None:
-            LEASES_LOST.labels(call.tool.name).inc()
-            logger.warning(
-                "lease on %s/%s was taken over; the outcome stays with its attempt",
-                call.scope,
-                call.key,
-            )
-        return recorded
-
-    async def _committed_earlier(
-        self, operation: OperationRecord, outcome: Outcome
-    ) -> OperationRecord | None:
-        # A retried finish may find that its first try committed before the connection broke.
-        row = await self.ledger.get(operation.scope, operation.key)
-        if (
-            row is not None
-            and row.version == operation.version + 1
-            and row.status is outcome.status
-            and row.result == outcome.result
-            and row.error == outcome.error
-        ):
-            return row
-        return None
+        retry_seconds = self.settings.record_retry_seconds
+        return await record_outcome(
+            self.ledger, call.tool.name, operation, owner, outcome, retry_seconds
+        )
 
     def _classify(
-        self, call: GuardedCall, error: BaseException, *, timed_out: bool, fence: Fence
+        self, call: GuardedCall, error: BaseException, timed_out: bool, fence: Fence
     ) -> Classification:
-        if isinstance(error, LeaseLost) and not error.sent_before:
-            envelope = self.codes.envelope(
-                Code.TEMP_UNAVAILABLE,
-                "this execution's lease may have run out before the write was sent; nothing "
-                "was sent",
-                retry_after_ms=_LEASE_LOST_RETRY_AFTER_MS,
-                side_effects=SideEffects.NONE,
-            )
-            return Classification(envelope, {"fence": "refused before any send"})
-        if isinstance(error, LeaseLost) or fence.closed_the_task():
-            message = (
-                "this execution's lease ran out while the write ran (a stall, or renewals that "
-                "failed); it may have been applied"
-            )
-            envelope = self.codes.envelope(Code.OUTCOME_UNKNOWN, message, cause=Lost.INTERRUPTED)
-            return Classification(envelope, {"fence": "closed after the write started"})
-        if timed_out:
-            message = (
-                f"the write did not finish within {call.tool.timeout}s; it may have been applied"
-            )
-            envelope = self.codes.envelope(Code.OUTCOME_UNKNOWN, message, cause=Lost.TIMEOUT)
-            return Classification(envelope, {"timeout_seconds": call.tool.timeout})
+        lost = error if isinstance(error, LeaseLost) else None
+        seen = cut_short(
+            lease_lost=lost is not None,
+            sent_before=lost is not None and lost.sent_before,
+            fence_closed=fence.closed_the_task(),
+            timed_out=timed_out,
+            timeout=call.tool.timeout,
+            codes=self.codes,
+        )
         # Redacted here, before the ledger or the caller sees any of it.
-        return failure_of(call.tool.adapter, error, self.codes).redacted(call.tool.redaction)
+        return seen or failure_of(call.tool.adapter, error, self.codes).redacted(
+            call.tool.redaction
+        )
 
     def _replay_cached(self, call: GuardedCall, cached: CachedOutcome) -> _Answer:
         if cached.fingerprint != call.fingerprint:
-            info = OperationInfo(
-                key=call.key,
-                status=Status.SUCCEEDED.value,
-                attempt=cached.executions,
-                attempts_left=max(cached.max_executions - cached.executions, 0),
-            )
-            raise self._key_reused(call, cached.tool, info)
+            raise self._key_reused(call, cached.tool, cached.operation_info(call.key))
         return _Answer(call.tool.codec.decode(cached.result), "replayed", None)
 
     def _key_reused(self, call: GuardedCall, tool: str, info: OperationInfo) -> WriteSafeError:
-        return WriteSafeError(
-            self.codes.envelope(
-                Code.KEY_REUSED,
-                f"key {call.key!r} was already used for a different payload of {tool}",
-                field="idempotency_key",
-                operation=info,
-            )
-        )
+        return WriteSafeError(key_reused(call.key, tool, info, self.codes))
 
     async def _in_progress(self, call: GuardedCall, retry_after_ms: int | None) -> WriteSafeError:
         """IN_PROGRESS naming the operation (its key may have been derived, so the caller may
-        not know it otherwise); read from the ledger, else as much as this call knows."""
+        not know it otherwise), read from the ledger where it answers."""
         row = None
         with contextlib.suppress(*LEDGER_ERRORS):
             row = await self.ledger.get(call.scope, call.key)
-        info = (
-            operation_info(row)
-            if row is not None
-            else OperationInfo(
-                key=call.key,
-                status=Status.IN_FLIGHT.value,
-                attempt=0,
-                attempts_left=call.tool.max_executions,
-            )
-        )
-        return WriteSafeError(
-            self.codes.envelope(
-                Code.IN_PROGRESS,
-                f"another call with key {call.key!r} is executing",
-                retry_after_ms=retry_after_ms or 1_000,
-                operation=info,
-            )
-        )
+        envelope = in_progress(call.key, row, call.tool.max_executions, retry_after_ms, self.codes)
+        return WriteSafeError(envelope)
 
-    def write_not_started(self, operation: OperationInfo | None = None) -> WriteSafeError:
+    def write_not_started(self) -> WriteSafeError:
         """The ledger could not be reached before any write: nothing ran, retry later."""
-        return WriteSafeError(
-            self.codes.envelope(
-                Code.TEMP_UNAVAILABLE,
-                "the ledger is unavailable; the write was not started",
-                retry_after_ms=1_000,
-                side_effects=SideEffects.NONE,
-                cause=LEDGER,
-                operation=operation,
-            )
-        )
+        return WriteSafeError(write_not_started(self.codes))
 
     def _ledger_lost(self, call: GuardedCall, operation: OperationRecord) -> WriteSafeError:
-        """The ledger failed while deciding about an existing operation; this call wrote nothing.
-
-        What the caller may assume is what the operation already was: a failed one proved no
-        effect, anything else may still have one.
-        """
+        """The ledger failed while deciding about an existing operation; this call wrote nothing."""
         logger.warning("ledger unavailable while deciding %s/%s", call.scope, call.key)
-        if operation.status is Status.FAILED:
-            return self.write_not_started(operation_info(operation))
-        return WriteSafeError(
-            self.codes.envelope(
-                Code.OUTCOME_UNKNOWN,
-                "the ledger is unavailable; an earlier execution may have been applied",
-                retry_after_ms=1_000,
-                cause=LEDGER,
-                operation=operation_info(operation),
-            )
-        )
+        return WriteSafeError(ledger_lost(operation, self.codes))
 
-    def _unrecorded(self, call: GuardedCall, operation: OperationRecord) -> WriteSafeError:
-        return WriteSafeError(
-            self.codes.envelope(
-                Code.OUTCOME_UNKNOWN,
-                "the write ran but its outcome could not be recorded; reconcile before retrying",
-                cause=LEDGER,
-                operation=operation_info(operation),
-            )
-        )
+    def _stored_failure(self, operation: OperationRecord) -> WriteSafeError:
+        """The envelope an operation ended with, as every later caller gets it."""
+        stored = stored_envelope(operation, self.codes)
+        assert stored is not None, "an operation without a result ended with an envelope"
+        return WriteSafeError(stored.with_operation(operation_info(operation)))
 
-
-def _stored_envelope(operation: OperationRecord) -> ErrorEnvelope | None:
-    return None if operation.error is None else ErrorEnvelope.model_validate_json(operation.error)
-
-
-def _stored_failure(operation: OperationRecord) -> WriteSafeError:
-    """The envelope an operation ended with, as every later caller gets it."""
-    stored = _stored_envelope(operation)
-    assert stored is not None, "an operation without a result ended with an envelope"
-    return WriteSafeError(stored.with_operation(operation_info(operation)))
-
-
-def _replayed(call: GuardedCall, operation: OperationRecord) -> _Answer:
-    """A succeeded operation's answer again: its result, or the envelope it has instead."""
-    if operation.result is None:
-        raise _stored_failure(operation)
-    return _Answer(call.tool.codec.decode(operation.result), "replayed", operation)
+    def _replayed(self, call: GuardedCall, operation: OperationRecord) -> _Answer:
+        """A succeeded operation's answer again: its result, or the envelope it has instead."""
+        if operation.result is None:
+            raise self._stored_failure(operation)
+        return _Answer(call.tool.codec.decode(operation.result), "replayed", operation)
 
 
 def _retry_claim() -> AsyncRetrying:
     return AsyncRetrying(
         stop=stop_after_attempt(2), retry=retry_if_exception_type(LEDGER_ERRORS), reraise=True
-    )
-
-
-def _store_token(owner: str, fingerprint: str) -> str:
-    """The Redis lease token names the payload too, so a busy lease tells a duplicate from a
-    different payload that the ledger must judge (KEY_REUSED or a continuation)."""
-    return f"{owner}/{fingerprint}"
-
-
-def _same_payload(lease_token: str | None, fingerprint: str) -> bool:
-    return lease_token is None or lease_token.endswith(f"/{fingerprint}")
-
-
-def _cache_entry(operation: OperationRecord) -> CachedOutcome:
-    assert operation.result is not None, "only a succeeded operation is cached"
-    return CachedOutcome(
-        operation.fingerprint,
-        operation.tool,
-        operation.executions,
-        operation.max_executions,
-        operation.result,
-    )
-
-
-def _failure_outcome(classification: Classification) -> Outcome:
-    envelope = classification.envelope
-    no_effect = envelope.side_effects is SideEffects.NONE
-    return Outcome(
-        status=Status.FAILED if no_effect else Status.OUTCOME_UNKNOWN,
-        error=dumps_json(envelope.to_json_dict()),
-        code=envelope.code,
-        evidence=dumps_json(classification.evidence),
     )
 
 
@@ -804,7 +590,3 @@ def _leaving(error: BaseException) -> bool:
         return True
     task = asyncio.current_task()
     return isinstance(error, asyncio.CancelledError) and task is not None and task.cancelling() > 0
-
-
-def _clamp_retry_after(milliseconds: float) -> int:
-    return int(min(max(milliseconds, _MIN_RETRY_AFTER_MS), _MAX_RETRY_AFTER_MS))

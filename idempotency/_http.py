@@ -11,6 +11,7 @@ Flask (`_flask`) and Django (`_django`) only translate their own requests and re
 from __future__ import annotations
 
 import hashlib
+import inspect
 import json
 from collections.abc import Awaitable, Callable, Iterable
 from contextvars import ContextVar
@@ -232,22 +233,33 @@ def _run_view(request: dict[str, Any]) -> StoredResponse:
 
 class GuardedView:
     """The Idempotency-Key flow of one sync view, whatever its framework (a sync tool runs the
-    view on the request's own thread)."""
+    view on the request's own thread).
+
+    An `async def` view is refused here, when it is decorated, with a TypeError: the guard would
+    have to run on the request's event loop, which WSGI servers make anew for each request (and a
+    `WriteSafe` follows one loop at a time). Guard a plain `def` view, or use the FastAPI
+    integration for async endpoints.
+    """
 
     def __init__(
         self,
         ws: WriteSafe,
-        name: str,
-        *,
+        view: Callable[..., Any],
+        name: str | None,
         required: bool,
         lookup: Callable[[LookupOperation], LookupResult] | None,
         adapter: Adapter | None,
         refusal: Callable[[BaseException], Refusal | None],
         options: dict[str, Any],
     ) -> None:
+        if inspect.iscoroutinefunction(view):
+            raise TypeError(
+                f"{view.__name__}: an async view cannot be guarded here; make it a plain def "
+                "(it runs on the request's thread) or use idempotent_route (FastAPI)"
+            )
         self.required = required
         self.tool = ws.tool(
-            name,
+            name or view.__name__,
             lookup=None if lookup is None else _sync_found_bodies(lookup),
             adapter=RefusalAdapter(adapter or DEFAULT_ADAPTER, refusal),
             **options,

@@ -13,6 +13,7 @@ GET costs; a Lua script would cost a third more.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import logging
 import time
@@ -21,11 +22,18 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import TypeVar
 
+from redis import ConnectionPool as SyncConnectionPool
 from redis.asyncio import ConnectionPool, Redis
 from redis.exceptions import RedisError
 
 from writesafe.idempotency._metrics import STORE_DEGRADED
-from writesafe.idempotency._redis_connections import RedisConnections, pack
+from writesafe.idempotency._redis_connections import (
+    BlockingRedisConnections,
+    RedisConnections,
+    pack,
+)
+from writesafe.ledger import OperationRecord, Status
+from writesafe.reconciler import OperationInfo
 
 logger = logging.getLogger("writesafe")
 T = TypeVar("T")
@@ -78,6 +86,37 @@ class CachedOutcome:
         fingerprint, executions, max_executions, tool = header.split(" ", 3)
         return cls(fingerprint, tool, int(executions), int(max_executions), result)
 
+    @classmethod
+    def of(cls, operation: OperationRecord) -> CachedOutcome:
+        assert operation.result is not None, "only a succeeded operation is cached"
+        return cls(
+            operation.fingerprint,
+            operation.tool,
+            operation.executions,
+            operation.max_executions,
+            operation.result,
+        )
+
+    def operation_info(self, key: str) -> OperationInfo:
+        """The envelope's `operation` block for the succeeded operation this copy stands for."""
+        return OperationInfo(
+            key=key,
+            status=Status.SUCCEEDED.value,
+            attempt=self.executions,
+            attempts_left=max(self.max_executions - self.executions, 0),
+        )
+
+
+def lease_token(owner: str, fingerprint: str) -> str:
+    """The Redis lease token names the payload too, so a busy lease tells a duplicate from a
+    different payload that the ledger must judge (KEY_REUSED or a continuation)."""
+    return f"{owner}/{fingerprint}"
+
+
+def same_payload(token: str | None, fingerprint: str) -> bool:
+    """Whether the lease `token` (None: its holder is unknown) is held for this payload."""
+    return token is None or token.endswith(f"/{fingerprint}")
+
 
 @dataclass(frozen=True, slots=True)
 class StoreClaim:
@@ -114,6 +153,14 @@ class RedisKeyStore:
         self._breaker_seconds = breaker_seconds
         self._open_until = 0.0
         self._timeout = socket_timeout
+        # Connected only when a thread without a loop reads (`cached_now`); bound to no loop, so
+        # kept when the loop's connections are dropped. Its socket timeout bounds each read as
+        # `_guarded` bounds the loop's commands.
+        self._blocking = BlockingRedisConnections(
+            SyncConnectionPool.from_url(
+                url, socket_connect_timeout=socket_timeout, socket_timeout=socket_timeout
+            )
+        )
         self._connect()
 
     def _connect(self) -> None:
@@ -158,18 +205,48 @@ class RedisKeyStore:
         if held is None or held == lease:
             # Our own lease: a claim whose reply was lost and that was sent again took the key.
             return _ACQUIRED
+        try:
+            value, outcome = self._read(held, scope, key)
+        except ValueError:
+            return _UNAVAILABLE
+        if outcome is not None:
+            return StoreClaim(LeaseState.CACHED, outcome=outcome)
+        return StoreClaim(LeaseState.BUSY, holder=value.removeprefix(_LEASE))
+
+    def cached_now(self, scope: str, key: str) -> CachedOutcome | None:
+        """The cached outcome of `(scope, key)`, read blocking on the calling thread; None when
+        there is none, or Redis cannot say (down, breaker open, unreadable value).
+
+        For the sync face's replays (`_sync`): a read takes no lease, so anything but a cached
+        outcome goes on to the guard. A blocking socket costs less than a hop to the loop thread.
+        """
+        if not self.available:
+            return None
+        command = pack(b"GET", self.key(scope, key).encode())
+        try:
+            held = self._blocking.execute(command)
+        except (RedisError, OSError) as error:
+            self._degraded("read", error)
+            return None
+        if held is None:
+            return None
+        with contextlib.suppress(ValueError):
+            return self._read(held, scope, key)[1]
+        return None
+
+    def _read(self, held: object, scope: str, key: str) -> tuple[str, CachedOutcome | None]:
+        """What holds a key: its text, and the outcome if it is one. Raises ValueError for a
+        value not ours to read (another writer under this prefix, a damaged value): the ledger
+        answers that call, as it would with Redis down."""
         assert isinstance(held, bytes), "the client does not decode responses"
         try:
             value = held.decode()
             if value.startswith(_OUTCOME):
-                outcome = CachedOutcome.decode(value.removeprefix(_OUTCOME))
-                return StoreClaim(LeaseState.CACHED, outcome=outcome)
+                return value, CachedOutcome.decode(value.removeprefix(_OUTCOME))
         except ValueError:
-            # Not ours to read (another writer under this prefix, a damaged value): the ledger
-            # answers this call, as it would with Redis down.
             logger.warning("unreadable value under %s; asking the ledger", self.key(scope, key))
-            return _UNAVAILABLE
-        return StoreClaim(LeaseState.BUSY, holder=value.removeprefix(_LEASE))
+            raise
+        return value, None
 
     async def cache(self, scope: str, key: str, outcome: CachedOutcome) -> None:
         """Replace whatever holds the key with the final outcome: it is the ledger's, so it is
@@ -208,6 +285,7 @@ class RedisKeyStore:
             return False
 
     async def close(self) -> None:
+        self._blocking.close()
         await self._hot.close()
         await self.redis.aclose()
 
@@ -226,15 +304,19 @@ class RedisKeyStore:
             async with asyncio.timeout(self._timeout), self._slots:
                 return True, await call()
         except (RedisError, OSError, TimeoutError) as error:
-            self._open_until = time.monotonic() + self._breaker_seconds
-            STORE_DEGRADED.labels("redis", operation).inc()
-            logger.warning(
-                "redis unavailable (%s: %s); using the ledger alone for %.0fs",
-                type(error).__name__,
-                error,
-                self._breaker_seconds,
-            )
+            self._degraded(operation, error)
             return False, None
+
+    def _degraded(self, operation: str, error: BaseException) -> None:
+        """Open the breaker: Redis is skipped, on every thread, for `breaker_seconds`."""
+        self._open_until = time.monotonic() + self._breaker_seconds
+        STORE_DEGRADED.labels("redis", operation).inc()
+        logger.warning(
+            "redis unavailable (%s: %s); using the ledger alone for %.0fs",
+            type(error).__name__,
+            error,
+            self._breaker_seconds,
+        )
 
 
 def _ms(seconds: float) -> bytes:

@@ -11,10 +11,13 @@ TLS, database selection and reply parsing stay redis-py's.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from typing import Any
 
+import redis
 from redis.asyncio import ConnectionPool
 from redis.asyncio.connection import AbstractConnection
+from redis.connection import ConnectionInterface
 from redis.exceptions import ConnectionError, ResponseError
 
 
@@ -76,3 +79,45 @@ class RedisConnections:
     def _new_connection(self) -> AbstractConnection:
         connection: AbstractConnection = self._pool.make_connection()  # type: ignore[no-untyped-call]
         return connection
+
+
+class BlockingRedisConnections:
+    """`RedisConnections` for threads without an event loop (the sync face's replay reads): the
+    same reuse and one resend on a new connection, on blocking sockets. Each command checks a
+    connection out of the idle list (a list's pop and append are atomic), so threads never share
+    one mid-command."""
+
+    def __init__(self, pool: redis.ConnectionPool) -> None:
+        self._pool = pool
+        self._idle: list[ConnectionInterface] = []
+
+    def execute(self, command: bytes) -> Any:
+        """Send a packed command and return its reply; a Redis error reply is raised."""
+        reused = bool(self._idle)
+        try:
+            return self._round_trip(command)
+        except ConnectionError:
+            if not reused:
+                raise
+            self.close()
+            return self._round_trip(command)
+
+    def close(self) -> None:
+        idle, self._idle = self._idle, []
+        for connection in idle:
+            with contextlib.suppress(OSError):
+                connection.disconnect()  # type: ignore[no-untyped-call]
+
+    def _round_trip(self, command: bytes) -> Any:
+        try:
+            connection = self._idle.pop()
+        except IndexError:
+            connection = self._pool.make_connection()
+        try:
+            connection.send_packed_command([command], check_health=False)  # type: ignore[no-untyped-call]
+            reply = connection.read_response()
+        except ResponseError:
+            self._idle.append(connection)
+            raise
+        self._idle.append(connection)  # a failed one is left out: redis-py closed it
+        return reply

@@ -13,6 +13,7 @@ from writesafe.idempotency._tracing import traced_execution, traced_lookup
 from writesafe.reconciler import (
     DEFAULT_REDACTION,
     Adapter,
+    CodeRegistry,
     Lookup,
     LookupSpec,
     Redaction,
@@ -45,8 +46,9 @@ class ToolSpec:
     redaction: Redaction = DEFAULT_REDACTION
     read_only: bool = False  # no effect to protect: no key needed, nothing recorded
 
-    def lookup_spec(self) -> LookupSpec:
-        """How reconciliation asks this tool's downstream system about an unknown outcome."""
+    def lookup_spec(self, codes: CodeRegistry) -> LookupSpec:
+        """How reconciliation asks this tool's downstream system about an unknown outcome;
+        `codes` judges the envelopes of the attempts the lookup is shown."""
         return LookupSpec(
             tool=self.name,
             lookup=None if self.lookup is None else traced_lookup(self.lookup),
@@ -54,6 +56,7 @@ class ToolSpec:
             timeout=self.lookup_timeout,
             encode=self.codec.encode,
             redaction=self.redaction,
+            codes=codes,
         )
 
 

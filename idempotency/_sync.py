@@ -15,7 +15,8 @@ stopped, so the call raises that envelope when the function returns.
 Not `asyncio.run` per call: that builds a loop, new connections and a new schema check on every
 call, and cannot run inside a running loop. A loop thread costs two thread hand-offs per call
 (`bench.guard` measures them) and works from any thread, inside a running loop too (that loop is
-blocked for the call, as by any blocking function).
+blocked for the call, as by any blocking function). A replay Redis has costs none: it is read on
+the calling thread (`_replays`).
 """
 
 from __future__ import annotations
@@ -34,11 +35,13 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from writesafe.idempotency._context import (
     OperationContext,
-    current_operation,
+    active_operation,
     reset_current,
     set_current,
 )
+from writesafe.idempotency._errors import WriteSafeError
 from writesafe.idempotency._keys import DEFAULT_SCOPE
+from writesafe.idempotency._replays import cached_replay
 from writesafe.idempotency._tool import Invocation, Tool
 from writesafe.reconciler import (
     LookupOperation,
@@ -103,7 +106,7 @@ class _Caller:
         """On the loop: have the calling thread run the write, and wait for it."""
         loop = asyncio.get_running_loop()
         done: asyncio.Future[Any] = loop.create_future()
-        self._inbox.put(_Write(function, args, kwargs, current_operation(), loop, done))
+        self._inbox.put(_Write(function, args, kwargs, active_operation(), loop, done))
         return await done
 
     def wait(self, loop: asyncio.AbstractEventLoop, coroutine: Coroutine[Any, Any, T]) -> T:
@@ -252,30 +255,6 @@ class SyncWriteSafe:
         loop_thread = self._loop_thread()
         return loop_thread.run(lambda: call(loop_thread.twin))
 
-    def invoke(
-        self,
-        tool: Tool[R],
-        args: tuple[Any, ...],
-        kwargs: dict[str, Any],
-        *,
-        key: str | None,
-        scope: str = DEFAULT_SCOPE,
-        auth_context: object = None,
-        key_from_arguments: bool = False,
-    ) -> Invocation[R]:
-        """`Tool.invoke`, blocking, on this process's loop thread."""
-        return self._run(
-            lambda twin: tool.invoke(
-                args,
-                kwargs,
-                key=key,
-                scope=scope,
-                auth_context=auth_context,
-                key_from_arguments=key_from_arguments,
-                through=twin,
-            )
-        )
-
     def start(self) -> None:
         """`WriteSafe.start`, blocking: check (or create) the schema before the first call."""
         self._run(lambda twin: twin.start())
@@ -366,13 +345,16 @@ class SyncTool(Generic[R]):
         auth_context: object = None,
         key_from_arguments: bool = False,
     ) -> Invocation[R]:
-        """Like `Tool.invoke`, blocking: the result and whether it was replayed."""
-        return self._facade.invoke(
-            self.tool,
-            args,
-            kwargs,
-            key=key,
-            scope=scope,
-            auth_context=auth_context,
-            key_from_arguments=key_from_arguments,
-        )
+        """Like `Tool.invoke`, blocking: the result and whether it was replayed. A replay Redis
+        has is read on this thread (`_replays`); anything else runs on the loop thread."""
+        loop_thread = self._facade._loop_thread()
+        twin = loop_thread.twin
+        try:
+            call = self.tool.prepare(args, kwargs, key, scope, auth_context, key_from_arguments)
+        except WriteSafeError:
+            loop_thread.run(twin.guard)  # an unreachable ledger is told first, as when async
+            raise
+        replay = cached_replay(twin, call)
+        if replay is not None:
+            return replay
+        return loop_thread.run(lambda: self.tool.run(call, through=twin))

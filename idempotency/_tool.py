@@ -72,8 +72,13 @@ class Tool(Generic[R]):
         `WriteSafe` whose stores run the call (default: the tool's own; the sync facade passes
         its twin, which serves another event loop).
         """
-        guard = await (through or self._owner).guard()
+        await (through or self._owner).guard()  # an unreachable ledger is told before bad input
         call = self.prepare(args, kwargs, key, scope, auth_context, key_from_arguments)
+        return await self.run(call, through=through)
+
+    async def run(self, call: GuardedCall, *, through: WriteSafe | None = None) -> Invocation[R]:
+        """Run a call `prepare` made (the sync face prepares on the calling thread)."""
+        guard = await (through or self._owner).guard()
         value, replayed = await guard.run(call)
         return Invocation(value, replayed, call.key)
 

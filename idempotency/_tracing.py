@@ -69,6 +69,11 @@ def uninstrument_tracing() -> None:
     _tracer = None
 
 
+def tracing_on() -> bool:
+    """Whether calls make spans (a path that skips `Guard.run` must then not be taken)."""
+    return _tracer is not None
+
+
 def inject_trace_context(headers: MutableMapping[str, str]) -> None:
     """Add the current trace context (`traceparent`, …) to outgoing request `headers`.
 

@@ -13,9 +13,10 @@ from pydantic import ValidationError
 from writesafe.idempotency._arguments import KEY_PARAMETER
 from writesafe.idempotency._context import OperationContext, current_operation
 from writesafe.idempotency._errors import invalid_input
-from writesafe.idempotency._guard import LEDGER_ERRORS, Guard, GuardSettings
+from writesafe.idempotency._guard import Guard, GuardSettings
 from writesafe.idempotency._keys import DEFAULT_SCOPE, validate_key
 from writesafe.idempotency._keystore import RedisKeyStore
+from writesafe.idempotency._recording import LEDGER_ERRORS
 from writesafe.idempotency._results import ResultCodec, ResultNotStored
 from writesafe.idempotency._settings import WriteSafeSettings
 from writesafe.idempotency._spec import DEFAULT_LOOKUP_TIMEOUT, ToolSpec
@@ -226,7 +227,7 @@ class WriteSafe:
             )
             tool: Tool[Any] = Tool(self, spec)
             self._tools[name] = tool
-            self._lookups[name] = spec.lookup_spec()
+            self._lookups[name] = spec.lookup_spec(self.codes)
             return tool if is_async else SyncTool(tool, self.sync, function)
 
         return register
@@ -262,6 +263,11 @@ class WriteSafe:
         twin._tools, twin._lookups = self._tools, self._lookups
         twin._retry_budgets, twin.redaction = self._retry_budgets, self.redaction
         return twin
+
+    @property
+    def ready(self) -> bool:
+        """Whether the schema has been checked (or created) by `start`."""
+        return self._ready
 
     async def start(self) -> None:
         """Create/upgrade the embedded schema, or check that a migrated one is current."""
@@ -342,7 +348,9 @@ class WriteSafe:
         operation = await self.ledger.get(validate_key(scope, "scope"), validate_key(key))
         if operation is None:
             return None
-        return OperationStatus.from_records(operation, await self.ledger.attempts(operation.id))
+        return OperationStatus.from_records(
+            operation, await self.ledger.attempts(operation.id), self.codes
+        )
 
     # -- reconciliation ------------------------------------------------------------------
 
@@ -444,7 +452,9 @@ class WriteSafe:
             )
         except EvidenceRequired as error:
             raise invalid_input("evidence", str(error)) from None
-        return OperationStatus.from_records(operation, await self.ledger.attempts(operation.id))
+        return OperationStatus.from_records(
+            operation, await self.ledger.attempts(operation.id), self.codes
+        )
 
     def _encode_result(self, tool: str, result: Any) -> str:
         registered = self._tools.get(tool)

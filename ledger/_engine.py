@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
+import sqlite3
 from typing import Any
 
 from sqlalchemy import Engine, event
-from sqlalchemy import create_engine as create_blocking_engine
 from sqlalchemy.engine import URL, make_url
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
@@ -87,27 +87,41 @@ def _sqlite_engine(url: URL) -> AsyncEngine:
     return engine
 
 
-def sqlite_writer_engine(url: str | URL) -> Engine:
-    """A blocking engine on the async engine's SQLite file, configured alike, for the writer's
-    own thread (`writesafe.ledger._sqlite_writer`)."""
-    parsed = make_url(url).set(drivername="sqlite")
-    engine = create_blocking_engine(parsed, connect_args={"timeout": _SQLITE_BUSY_TIMEOUT})
-    _configure_sqlite(engine)
-    return engine
+def sqlite_path(url: str | URL) -> str:
+    """The file of a SQLite ledger URL, for the writer's own `sqlite3` connections
+    (`writesafe.ledger._sqlite_writer`)."""
+    database = make_url(url).database
+    if not database or database == ":memory:":
+        raise UnsupportedDatabase("the embedded ledger needs a file: sqlite+aiosqlite:///path.db")
+    return database
+
+
+def connect_sqlite(path: str, *, check_same_thread: bool = True) -> sqlite3.Connection:
+    """A `sqlite3` connection to the ledger's file, configured as the engine's connections are."""
+    connection = sqlite3.connect(
+        path, timeout=_SQLITE_BUSY_TIMEOUT, check_same_thread=check_same_thread
+    )
+    configure_sqlite_connection(connection)
+    return connection
+
+
+def configure_sqlite_connection(dbapi_connection: Any) -> None:
+    """WAL, durable commits, foreign keys and a busy wait, on a new driver connection."""
+    # Take transaction control from the driver so every transaction can BEGIN IMMEDIATE.
+    dbapi_connection.isolation_level = None
+    cursor = dbapi_connection.cursor()
+    cursor.execute("PRAGMA journal_mode=WAL")
+    # FULL: a committed intent survives power loss, which is the whole point of recording it.
+    cursor.execute("PRAGMA synchronous=FULL")
+    cursor.execute("PRAGMA foreign_keys=ON")
+    cursor.execute(f"PRAGMA busy_timeout={int(_SQLITE_BUSY_TIMEOUT * 1000)}")
+    cursor.close()
 
 
 def _configure_sqlite(engine: Engine) -> None:
     @event.listens_for(engine, "connect")
     def _configure(dbapi_connection: Any, _record: Any) -> None:
-        # Take transaction control from the driver so every transaction can BEGIN IMMEDIATE.
-        dbapi_connection.isolation_level = None
-        cursor = dbapi_connection.cursor()
-        cursor.execute("PRAGMA journal_mode=WAL")
-        # FULL: a committed intent survives power loss, which is the whole point of recording it.
-        cursor.execute("PRAGMA synchronous=FULL")
-        cursor.execute("PRAGMA foreign_keys=ON")
-        cursor.execute(f"PRAGMA busy_timeout={int(_SQLITE_BUSY_TIMEOUT * 1000)}")
-        cursor.close()
+        configure_sqlite_connection(dbapi_connection)
 
     @event.listens_for(engine, "begin")
     def _begin(conn: Any) -> None:

@@ -42,7 +42,7 @@ from writesafe.ledger._engine import (
     create_engine,
     is_sqlite,
     postgres_connect_options,
-    sqlite_writer_engine,
+    sqlite_path,
 )
 from writesafe.ledger._lease_watch import LeaseWatch
 from writesafe.ledger._migrations import ensure_current, upgrade
@@ -146,7 +146,7 @@ class Ledger:
         )
         writer: Writer
         if is_sqlite(engine):
-            writer = SqliteWriter(sqlite_writer_engine(url))
+            writer = SqliteWriter(sqlite_path(url))
         else:
             options = postgres_connect_options(url, schema=schema, connect_timeout=connect_timeout)
             writer = PostgresWriter(options, pool_size)
@@ -253,9 +253,9 @@ class Ledger:
         hour of that change: a picture of the ledger over time, served by the scope index."""
         updated = operations.c.updated_at
         # The hour as whole hours since the epoch, whatever the session's time zone (SQLite
-        # keeps UTC text and may lack floor(); PostgreSQL's epoch is fractional).
+        # keeps microseconds since the epoch; PostgreSQL's epoch is fractional).
         hour = (
-            sql_cast(func.strftime("%s", updated), Integer) // 3600
+            sql_cast(updated, Integer) // 3_600_000_000
             if self.is_sqlite
             else func.floor(func.extract("epoch", updated) / 3600)
         ).label("hour")
@@ -371,34 +371,6 @@ class Ledger:
             values["next_check_at"] = now
         closes = ClosedExecution(owner, outcome.status.value, outcome.attempt_values, now)
         return await self.writer.change(Change(current, values, now, owner=owner, closes=closes))
-
-    async def retry(
-        self,
-        current: OperationRecord,
-        intent: Intent,
-        failed: Outcome,
-        failed_at: datetime,
-    ) -> OperationRecord | None:
-        """Close a failed execution and start the next one under the same lease (one CAS).
-
-        The operation stays `in_flight` throughout an automatic retry, so no other caller can
-        take the key between two executions. None if the owner was fenced off meanwhile.
-        """
-        check_transition(current.status, Status.IN_FLIGHT)
-        now = self._at()
-        values = {
-            "status": Status.IN_FLIGHT.value,
-            "executions": current.executions + 1,
-            "lease_expires_at": self._at(intent.lease_seconds),
-            "last_sent_at": now,
-            "error": failed.error,
-            "last_code": failed.code,
-        }
-        closes = ClosedExecution(
-            intent.owner, Status.FAILED.value, failed.attempt_values, failed_at
-        )
-        change = Change(current, values, now, owner=intent.owner, closes=closes, opens=True)
-        return await self.writer.change(change)
 
     async def renew_leases(self, leases: Mapping[int, str], seconds: float) -> set[int]:
         """Extend the `in_flight` leases `{operation id: owner}` by `seconds`, in one statement.

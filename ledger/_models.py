@@ -7,7 +7,7 @@ serializer, so a stored `null`, `0` or `""` can never be confused with a missing
 from __future__ import annotations
 
 from collections.abc import Iterable
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from sqlalchemy import (
@@ -24,13 +24,30 @@ from sqlalchemy import (
     literal_column,
     text,
 )
+from sqlalchemy.dialects import sqlite
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
-from sqlalchemy.types import TypeDecorator
+from sqlalchemy.types import TypeDecorator, TypeEngine
 
 from writesafe.ledger._states import Status
 
 # SQLite only auto-increments an INTEGER PRIMARY KEY; PostgreSQL gets a 64-bit identity.
 _ID = BigInteger().with_variant(Integer(), "sqlite")
+
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_MICROSECOND = timedelta(microseconds=1)
+
+
+class _SqliteMicros(sqlite.DATETIME):
+    """SQLite's column as migration 0001 declared it, DATETIME, holding whole microseconds
+    since the epoch (8 bytes) instead of SQLAlchemy's 26-character text: a timestamp is written
+    three to five times per guarded call and kept in the listing index (migration 0004)."""
+
+    def bind_processor(self, dialect: Dialect) -> None:
+        return None
+
+    def result_processor(self, dialect: Dialect, coltype: object) -> None:
+        return None
 
 
 class UTCDateTime(TypeDecorator[datetime]):
@@ -39,19 +56,57 @@ class UTCDateTime(TypeDecorator[datetime]):
     impl = DateTime(timezone=True)
     cache_ok = True
 
-    def process_bind_param(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+    def load_dialect_impl(self, dialect: Dialect) -> TypeEngine[Any]:
+        if dialect.name == "sqlite":
+            return dialect.type_descriptor(_SqliteMicros())  # type: ignore[no-untyped-call]
+        return dialect.type_descriptor(self.impl_instance)
+
+    def process_bind_param(self, value: datetime | None, dialect: Dialect) -> datetime | int | None:
         if value is None:
             return None
         if value.tzinfo is None:
             raise ValueError("ledger timestamps must be timezone-aware")
-        value = value.astimezone(UTC)
-        return value.replace(tzinfo=None) if dialect.name == "sqlite" else value
+        if dialect.name == "sqlite":
+            return (value - _EPOCH) // _MICROSECOND
+        return value.astimezone(UTC)
 
     def process_result_value(self, value: Any, dialect: Dialect) -> datetime | None:
         if value is None:
             return None
+        if isinstance(value, int):
+            return _EPOCH + value * _MICROSECOND
         assert isinstance(value, datetime)
-        return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+        return value.astimezone(UTC)
+
+
+def digest_bytes(value: str) -> str | bytes:
+    """A lowercase SHA-256 hex digest as its 32 bytes; any other text as it is, so that every
+    value reads back as written."""
+    try:
+        raw = bytes.fromhex(value)
+    except ValueError:
+        return value
+    return raw if len(raw) == 32 and raw.hex() == value else value
+
+
+class Digest(TypeDecorator[str]):
+    """A SHA-256 hex digest; SQLite keeps its 32 bytes as a BLOB in the column 0001 declared
+    (half of the 64 characters, in the operation row and again in its attempt; migration 0004).
+    PostgreSQL keeps the text: its rows are dominated by what a first execution's update leaves
+    behind (docs/performance.md)."""
+
+    impl = String(64)
+    cache_ok = True
+
+    def process_bind_param(self, value: str | None, dialect: Dialect) -> str | bytes | None:
+        if value is None or dialect.name != "sqlite":
+            return value
+        return digest_bytes(value)
+
+    def process_result_value(self, value: Any, dialect: Dialect) -> str | None:
+        if isinstance(value, bytes):
+            return value.hex()
+        return None if value is None else str(value)
 
 
 def _open_state(status: Status) -> dict[str, Any]:
@@ -114,7 +169,7 @@ class Operation(Base):
     scope: Mapped[str] = mapped_column(String(255))
     key: Mapped[str] = mapped_column(String(255))
     tool: Mapped[str] = mapped_column(String(255))
-    fingerprint: Mapped[str] = mapped_column(String(64))
+    fingerprint: Mapped[str] = mapped_column(Digest())
     status: Mapped[str] = mapped_column(String(32))
     version: Mapped[int] = mapped_column(Integer)
     lease_owner: Mapped[str | None] = mapped_column(String(64))
@@ -122,7 +177,7 @@ class Operation(Base):
     executions: Mapped[int] = mapped_column(Integer)
     max_executions: Mapped[int] = mapped_column(Integer)
     arguments: Mapped[str] = mapped_column(Text)
-    auth_hash: Mapped[str | None] = mapped_column(String(64))
+    auth_hash: Mapped[str | None] = mapped_column(Digest())
     result: Mapped[str | None] = mapped_column(Text)
     error: Mapped[str | None] = mapped_column(Text)
     last_code: Mapped[str | None] = mapped_column(String(64))
@@ -146,7 +201,7 @@ class Attempt(Base):
     kind: Mapped[str] = mapped_column(String(16))
     execution: Mapped[int | None] = mapped_column(Integer)
     owner: Mapped[str | None] = mapped_column(String(64))
-    fingerprint: Mapped[str | None] = mapped_column(String(64))
+    fingerprint: Mapped[str | None] = mapped_column(Digest())
     outcome: Mapped[str | None] = mapped_column(String(32))
     code: Mapped[str | None] = mapped_column(String(64))
     envelope: Mapped[str | None] = mapped_column(Text)

@@ -2,22 +2,33 @@
 
 Through aiosqlite every statement, BEGIN and COMMIT is a hop to the driver's thread and back, with
 SQLAlchemy's async layer around each: a claim took 3.2 ms here, and takes 0.7 ms run whole in one
-call (docs/performance.md). So the writer runs each write whole, on a blocking connection to the
-same file configured as the async engine's (WAL, `synchronous=FULL`, `BEGIN IMMEDIATE`), in one
-thread that serialises the process's writes as SQLite's write lock would anyway. Reads and
-reconciliation keep the async engine.
+call (docs/performance.md). So the writer runs each write whole, on a blocking `sqlite3`
+connection to the same file configured as the async engine's (WAL, `synchronous=FULL`,
+`BEGIN IMMEDIATE`), in one thread that serialises the process's writes as SQLite's write lock
+would anyway. Its statements are compiled once by SQLAlchemy from the table definitions and run
+on the driver directly: SQLAlchemy's execution layer cost more per statement than SQLite takes to
+run it. A claim first reads the key on the caller's thread, which a WAL reader does without
+waiting for any writer: a key that is taken (a replay) costs neither a write nor a thread hop.
+Reads and reconciliation keep the async engine.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Mapping
+import json
+import sqlite3
+import threading
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from sqlalchemy import Connection, Engine, bindparam, insert, update
+from sqlalchemy import ClauseElement, bindparam, func, insert, select, update
 from sqlalchemy.dialects import sqlite
+from sqlalchemy.exc import DBAPIError
+from sqlalchemy.sql.compiler import SQLCompiler
 
+from writesafe.ledger._engine import connect_sqlite
 from writesafe.ledger._records import AttemptKind, OperationRecord
 from writesafe.ledger._states import Status
 from writesafe.ledger._writer import (
@@ -37,22 +48,70 @@ from writesafe.ledger._writer import (
 
 T = TypeVar("T")
 
-# Built once and run with parameters: building a statement costs SQLAlchemy more than SQLite takes
-# to run it (a claim that finds its key: 570 µs with the statements built per call, 180 µs so).
+_DIALECT = sqlite.dialect(paramstyle="named")
 _DURABLE, _LAZY = "PRAGMA synchronous=FULL", "PRAGMA synchronous=NORMAL"
-_CLAIM = (
-    sqlite.insert(operations)
-    .on_conflict_do_nothing(index_elements=["scope", "key"])
-    .returning(operations.c.id)
-)
-_START_EXECUTION = insert(attempts)
-_CLOSE_EXECUTION = close_execution_update(bindparam("closes_label"))
-_RENEW = (
+
+# Converts a stored value of each operation column back (a datetime's text); most need nothing.
+_READ_OPERATION = {
+    column.name: processor
+    for column in operations.columns
+    if (processor := column.type.dialect_impl(_DIALECT).result_processor(_DIALECT, None))
+}
+
+
+@dataclass(frozen=True, slots=True)
+class _Compiled:
+    """A statement compiled for `sqlite3`: its SQL, how each parameter is converted for the
+    driver (a datetime to SQLAlchemy's stored text), and the values it carries itself."""
+
+    sql: str
+    convert: Mapping[str, Callable[[Any], Any]]
+    fixed: Mapping[str, Any]
+
+    @classmethod
+    def of(cls, statement: ClauseElement, column_keys: Sequence[str] | None = None) -> _Compiled:
+        compiled = statement.compile(dialect=_DIALECT, column_keys=column_keys)
+        assert isinstance(compiled, SQLCompiler)
+        convert: dict[str, Callable[[Any], Any]] = {}
+        fixed: dict[str, Any] = {}
+        for name, bind in compiled.binds.items():
+            processor = bind.type.dialect_impl(_DIALECT).bind_processor(_DIALECT)
+            if processor is not None:
+                convert[name] = processor
+            if bind.value is not None:
+                fixed[name] = bind.value
+        return cls(str(compiled), convert, fixed)
+
+    def run(self, cursor: sqlite3.Cursor, params: Mapping[str, Any]) -> sqlite3.Cursor:
+        values = {**self.fixed, **params}
+        for name, processor in self.convert.items():
+            if name in values:
+                values[name] = processor(values[name])
+        return cursor.execute(self.sql, values)
+
+
+def _claim_statement(names: tuple[str, ...]) -> _Compiled:
+    claim = (
+        sqlite.insert(operations)
+        .on_conflict_do_nothing(index_elements=["scope", "key"])
+        .returning(operations.c.id)
+    )
+    return _Compiled.of(claim, names)
+
+
+_START_COLUMNS = ("operation_id", "kind", "execution", "owner", "fingerprint", "outcome")
+_START_EXECUTION = _Compiled.of(insert(attempts), (*_START_COLUMNS, "started_at"))
+_FETCH = _Compiled.of(FETCH)
+_CLOSE_EXECUTION = _Compiled.of(close_execution_update(bindparam("closes_label")))
+# The leases as two JSON arrays: one statement whatever their number.
+_RENEW = _Compiled.of(
     update(operations)
     .where(
-        operations.c.id.in_(bindparam("ids", expanding=True)),
+        operations.c.id.in_(select(func.json_each(bindparam("ids")).table_valued("value"))),
         operations.c.status == Status.IN_FLIGHT.value,
-        operations.c.lease_owner.in_(bindparam("owners", expanding=True)),
+        operations.c.lease_owner.in_(
+            select(func.json_each(bindparam("owners")).table_valued("value"))
+        ),
     )
     .values(lease_expires_at=bindparam("until", type_=operations.c.lease_expires_at.type))
     .returning(operations.c.id)
@@ -60,97 +119,164 @@ _RENEW = (
 
 
 class SqliteWriter:
-    """The `Writer` for the embedded ledger: one thread hop per write."""
+    """The `Writer` for the embedded ledger: one thread hop per write, none for a taken key."""
 
-    def __init__(self, engine: Engine) -> None:
-        self._engine = engine
+    def __init__(self, path: str) -> None:
+        self._path = path
         self._thread: ThreadPoolExecutor | None = None  # started by the first write, ended by close
+        self._connection: sqlite3.Connection | None = None  # the writer thread's
+        self._readers = threading.local()  # each calling thread's own read connection
+        self._reader_connections: list[sqlite3.Connection] = []
+        self._readers_lock = threading.Lock()
+        self._claims: dict[tuple[str, ...], _Compiled] = {}
+        self._changes: dict[tuple[tuple[str, ...], bool], _Compiled] = {}
 
     async def claim(self, row: dict[str, Any]) -> Claim | None:
-        return await self._run(lambda conn: _claim(conn, row))
+        existing = self._peek(row["scope"], row["key"])
+        if existing is not None:
+            return Claim(existing, created=False)
+        names = tuple(row)
+        statement = self._claims.get(names)
+        if statement is None:
+            statement = self._claims[names] = _claim_statement(names)
+        return await self._run(lambda cursor: _claim(cursor, statement, row))
 
     async def fetch(self, scope: str, key: str) -> OperationRecord | None:
-        return await self._run(lambda conn: _fetch(conn, scope, key))
+        return await self._run(lambda cursor: _fetch(cursor, scope, key))
 
     async def change(self, change: Change) -> OperationRecord | None:
+        shape = (tuple(change.values), change.owner is not None)
+        statement = self._changes.get(shape)
+        if statement is None:
+            cas = compare_and_set_statement(shape[0], fenced=shape[1])
+            statement = self._changes[shape] = _Compiled.of(cas)
         # Only a change that opens an execution is an intent; an outcome may commit lazily.
-        return await self._run(lambda conn: _change(conn, change), durable=change.opens)
+        return await self._run(lambda cursor: _change(cursor, statement, change), change.opens)
 
     async def renew(self, leases: Mapping[int, str], until: Moment) -> set[int]:
-        params = {"ids": list(leases), "owners": list(leases.values()), "until": until}
-        return await self._run(lambda conn: set(conn.execute(_RENEW, params).scalars()))
+        params = {
+            "ids": json.dumps(list(leases)),
+            "owners": json.dumps(list(leases.values())),
+            "until": until,
+        }
+        return await self._run(lambda cursor: {id_ for (id_,) in _RENEW.run(cursor, params)})
 
     async def close(self) -> None:
-        """Close the writer's connection and end its thread; the next write opens both anew."""
+        """Close the writer's connections and end its thread; the next write opens both anew."""
+        with self._readers_lock:
+            readers, self._reader_connections = self._reader_connections, []
+            self._readers = threading.local()
+        for reader in readers:
+            reader.close()
         thread, self._thread = self._thread, None
         if thread is not None:
-            # A pysqlite connection is closed by the thread that opened it.
-            await asyncio.get_running_loop().run_in_executor(thread, self._engine.dispose)
+            # A connection is closed by the thread that opened it.
+            await asyncio.get_running_loop().run_in_executor(thread, self._disconnect)
             thread.shutdown(wait=False)
 
     def forget_loop(self) -> None:
         """Nothing to drop: the writer's thread serves whichever event loop awaits it."""
 
-    async def _run(self, write: Callable[[Connection], T], *, durable: bool = True) -> T:
+    def _peek(self, scope: str, key: str) -> OperationRecord | None:
+        """The row holding `(scope, key)` as last committed, read on the calling thread (a WAL
+        read takes no lock a writer holds, so it does not wait: well under the cost of a hop).
+        A row found is what the claim's conflict would have returned; None claims the key."""
+        reader: sqlite3.Connection | None = getattr(self._readers, "connection", None)
+        if reader is None:
+            reader = connect_sqlite(self._path, check_same_thread=False)
+            # Never wait on the event loop: a lock in the way (a checkpoint's rare restart of
+            # the log) sends the claim down the write path instead.
+            reader.execute("PRAGMA busy_timeout=0")
+            with self._readers_lock:
+                self._reader_connections.append(reader)
+            self._readers.connection = reader
+        try:
+            return _fetch(reader.cursor(), scope, key)
+        except sqlite3.Error:
+            return None  # the write path reads it again, under the write lock
+
+    async def _run(self, write: Callable[[sqlite3.Cursor], T], durable: bool = True) -> T:
         """Run `write` as one transaction in the writer's thread; see `_transaction`."""
         if self._thread is None:
             self._thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="writesafe-sqlite")
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(self._thread, self._transaction, write, durable)
 
-    def _transaction(self, write: Callable[[Connection], T], durable: bool) -> T:
+    def _transaction(self, write: Callable[[sqlite3.Cursor], T], durable: bool) -> T:
         """One transaction; a durable one is on disk when it returns (`synchronous=FULL`).
 
         A lazy one (`synchronous=NORMAL`: the outcome of an execution) skips its own fsync and
         becomes durable with the next durable commit or checkpoint, as WAL frames are synced in
         order. Power loss may take it back: the operation is then `in_flight` again, its lease
         runs out and it is reconciled like any crashed execution, never executed twice. A
-        process crash loses nothing. docs/performance.md, "The embedded path".
+        process crash loses nothing. docs/performance.md, "The embedded path". Driver errors
+        are raised as SQLAlchemy's, like every other ledger error.
         """
-        with self._engine.connect() as conn:
-            # SQLite refuses to change the safety level inside a transaction, so it is set on
-            # the driver's connection before SQLAlchemy begins one.
-            driver = conn.connection.dbapi_connection
-            assert driver is not None
-            driver.cursor().execute(_DURABLE if durable else _LAZY)
-            with conn.begin():
-                return write(conn)
+        try:
+            if self._connection is None:
+                self._connection = connect_sqlite(self._path)
+            cursor = self._connection.cursor()
+            # SQLite refuses to change the safety level inside a transaction.
+            cursor.execute(_DURABLE if durable else _LAZY)
+            cursor.execute("BEGIN IMMEDIATE")
+            try:
+                result = write(cursor)
+            except BaseException:
+                cursor.execute("ROLLBACK")
+                raise
+            cursor.execute("COMMIT")
+            return result
+        except sqlite3.Error as error:
+            raise DBAPIError.instance(None, None, error, sqlite3.Error, dialect=_DIALECT) from error
+
+    def _disconnect(self) -> None:
+        connection, self._connection = self._connection, None
+        if connection is not None:
+            connection.close()
 
 
-def _claim(conn: Connection, row: dict[str, Any]) -> Claim | None:
+def _claim(cursor: sqlite3.Cursor, statement: _Compiled, row: dict[str, Any]) -> Claim | None:
     """Insert `row` with its first execution attempt; else the row holding the key, read in the
     same transaction (so it cannot be pruned in between, as on PostgreSQL)."""
-    operation_id: int | None = conn.execute(_CLAIM, row).scalar()
-    if operation_id is None:
-        existing = _fetch(conn, row["scope"], row["key"])
+    inserted = statement.run(cursor, row).fetchone()
+    if inserted is None:
+        existing = _fetch(cursor, row["scope"], row["key"])
         return None if existing is None else Claim(existing, created=False)
-    created = OperationRecord(id=operation_id, **row)
-    _start_execution(conn, created)
+    created = OperationRecord(id=inserted[0], **row)
+    _start_execution(cursor, created)
     return Claim(created, created=True)
 
 
-def _fetch(conn: Connection, scope: str, key: str) -> OperationRecord | None:
-    row = conn.execute(FETCH, {"scope": scope, "key": key}).mappings().first()
-    return None if row is None else OperationRecord.from_row(row)
+def _fetch(cursor: sqlite3.Cursor, scope: str, key: str) -> OperationRecord | None:
+    return _operation(_FETCH.run(cursor, {"scope": scope, "key": key}))
 
 
-def _change(conn: Connection, change: Change) -> OperationRecord | None:
+def _operation(cursor: sqlite3.Cursor) -> OperationRecord | None:
+    """The one operation row `cursor` returned, if any, as its record."""
+    found = cursor.fetchone()
+    if found is None:
+        return None
+    row = {name: value for (name, *_), value in zip(cursor.description, found, strict=True)}
+    for name, processor in _READ_OPERATION.items():
+        row[name] = processor(row[name])
+    return OperationRecord.from_row(row)
+
+
+def _change(cursor: sqlite3.Cursor, statement: _Compiled, change: Change) -> OperationRecord | None:
     current = change.current
-    statement = compare_and_set_statement(tuple(change.values), fenced=change.owner is not None)
     params = compare_and_set_params(current, change.values, change.now, change.owner)
-    row = conn.execute(statement, params).mappings().first()
-    changed = None if row is None else OperationRecord.from_row(row)
+    changed = _operation(statement.run(cursor, params))
     if change.closes is not None:
-        _close_execution(conn, current, change.closes, landed=changed is not None)
+        _close_execution(cursor, current, change.closes, landed=changed is not None)
     if change.opens and changed is not None:
-        _start_execution(conn, changed)
+        _start_execution(cursor, changed)
     return changed
 
 
-def _start_execution(conn: Connection, operation: OperationRecord) -> None:
+def _start_execution(cursor: sqlite3.Cursor, operation: OperationRecord) -> None:
     """Open the execution attempt of `operation`'s current execution, for its lease owner."""
-    conn.execute(
-        _START_EXECUTION,
+    _START_EXECUTION.run(
+        cursor,
         {
             "operation_id": operation.id,
             "kind": AttemptKind.EXECUTION.value,
@@ -164,10 +290,10 @@ def _start_execution(conn: Connection, operation: OperationRecord) -> None:
 
 
 def _close_execution(
-    conn: Connection, operation: OperationRecord, closed: ClosedExecution, *, landed: bool
+    cursor: sqlite3.Cursor, operation: OperationRecord, closed: ClosedExecution, *, landed: bool
 ) -> None:
     """Record how the owner's execution attempt ended: its label if the change landed."""
     params = close_execution_params(operation, closed)
     if not landed:
         params["closes_label"] = FENCED
-    conn.execute(_CLOSE_EXECUTION, params)
+    _CLOSE_EXECUTION.run(cursor, params)

@@ -12,8 +12,8 @@ from writesafe.reconciler._adapters import (
     answer_failure,
     failure_of,
 )
-from writesafe.reconciler._admission import admit, disagreement
-from writesafe.reconciler._causes import LEDGER, Lost, Untrusted
+from writesafe.reconciler._admission import admit, admit_stored, disagreement, stored_envelope
+from writesafe.reconciler._causes import KEY_STORE, LEDGER, Lost, Unsettled, Untrusted
 from writesafe.reconciler._check import (
     Check,
     Lookup,
@@ -23,7 +23,14 @@ from writesafe.reconciler._check import (
     run_lookup,
 )
 from writesafe.reconciler._classify import Classification, classify_exception, exception_evidence
-from writesafe.reconciler._continuation import Continuation, FailedOperation, decide_continuation
+from writesafe.reconciler._continuation import (
+    Continuation,
+    FailedOperation,
+    decide_continuation,
+    failed_operation,
+    stored_failure,
+    waits_for_delay,
+)
 from writesafe.reconciler._contract import (
     BUILTIN_VERDICTS,
     CODES,
@@ -41,13 +48,25 @@ from writesafe.reconciler._contract import (
     Verdict,
 )
 from writesafe.reconciler._decisions import (
+    FIRST_POLL_SECONDS,
     Established,
     LookupVerdict,
+    Poll,
     ProvenAbsent,
     RowAction,
     StillUnknown,
+    committed_earlier,
     decide_row,
+    held_for_ms,
     judge_lookup,
+    next_poll,
+)
+from writesafe.reconciler._failures import (
+    AfterFailure,
+    after_failure,
+    cut_short,
+    failure_outcome,
+    not_stored,
 )
 from writesafe.reconciler._http_preset import HTTP_ADAPTER, HTTP_RULES, http_adapter
 from writesafe.reconciler._lookup import Found, LookupResult, NotFound, Unknown
@@ -67,6 +86,13 @@ from writesafe.reconciler._redaction import (
     Redaction,
     Redactor,
     redact_text,
+)
+from writesafe.reconciler._refusals import (
+    in_progress,
+    key_reused,
+    ledger_lost,
+    unrecorded,
+    write_not_started,
 )
 from writesafe.reconciler._resolve import (
     RESOLVABLE,
@@ -118,9 +144,11 @@ __all__ = [
     "DEFAULT_REDACTION",
     "DEFAULT_RETRY_POLICY",
     "FIELD_LIMIT",
+    "FIRST_POLL_SECONDS",
     "HTTP_ADAPTER",
     "HTTP_RULES",
     "HTTP_STATUS",
+    "KEY_STORE",
     "LEDGER",
     "MAX_RETRY_AFTER_MS",
     "MESSAGE_LIMIT",
@@ -132,6 +160,7 @@ __all__ = [
     "WEBMCP_CODES",
     "Absence",
     "Adapter",
+    "AfterFailure",
     "AnswerAdapter",
     "AttemptView",
     "Check",
@@ -159,6 +188,7 @@ __all__ = [
     "OperationNotFound",
     "OperationStatus",
     "OperationSummary",
+    "Poll",
     "Problem",
     "ProblemBody",
     "ProvenAbsent",
@@ -182,14 +212,19 @@ __all__ = [
     "ToolError",
     "Unknown",
     "UnknownCode",
+    "Unsettled",
     "Untrusted",
     "Verdict",
     "WebMcpCode",
     "admit",
+    "admit_stored",
     "after_absence",
+    "after_failure",
     "answer_failure",
     "attempts_left",
     "classify_exception",
+    "committed_earlier",
+    "cut_short",
     "decide_continuation",
     "decide_row",
     "defer",
@@ -197,13 +232,21 @@ __all__ = [
     "envelope_json_schema",
     "exception_evidence",
     "exhausted",
+    "failed_operation",
     "failure_of",
+    "failure_outcome",
     "from_call_tool_result",
     "from_problem",
     "from_webmcp",
     "from_webmcp_text",
+    "held_for_ms",
     "http_adapter",
+    "in_progress",
     "judge_lookup",
+    "key_reused",
+    "ledger_lost",
+    "next_poll",
+    "not_stored",
     "operation_info",
     "parse_retry_after",
     "read_envelope",
@@ -212,9 +255,14 @@ __all__ = [
     "resolve_operation",
     "response_of",
     "run_lookup",
+    "stored_envelope",
+    "stored_failure",
     "to_call_tool_result",
     "to_problem",
     "to_webmcp",
     "to_webmcp_text",
+    "unrecorded",
     "wait_max",
+    "waits_for_delay",
+    "write_not_started",
 ]

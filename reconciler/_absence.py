@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from writesafe.ledger import LEASE_EXPIRED, OperationRecord
+from writesafe.reconciler._causes import Untrusted
 from writesafe.reconciler._contract import (
     Code,
     CodeRegistry,
@@ -38,15 +39,21 @@ def after_absence(operation: OperationRecord, codes: CodeRegistry) -> Absence:
                 "the last execution ended in an unclassified failure; the effect proved absent, "
                 "but the key is not run again",
                 side_effects=SideEffects.NONE,
+                cause=Untrusted.ABSENT_AFTER_UNCLASSIFIED,
             ),
         )
     if operation.executions >= operation.max_executions:
+        # The code whose executions spent the budget: OUTCOME_UNKNOWN for a lost lease too.
+        spent_by = operation.last_code
+        if spent_by is None or spent_by not in codes:
+            spent_by = Code.OUTCOME_UNKNOWN
         return Absence(
             False,
             codes.envelope(
                 Code.RETRY_EXHAUSTED,
                 f"the effect proved absent and all {operation.max_executions} executions of this "
                 "key are used",
+                cause=spent_by,
             ),
         )
     return Absence(
@@ -55,6 +62,7 @@ def after_absence(operation: OperationRecord, codes: CodeRegistry) -> Absence:
             Code.TEMP_UNAVAILABLE,
             "the effect of the last execution proved absent; a call with the same key runs it "
             "again",
+            retry_after_ms=0,  # at once: nothing is left to wait for
         ),
     )
 

@@ -1,6 +1,7 @@
 """One door for envelopes: whatever enters the guard must mean what its code's verdict says.
 
-An adapter, a `ToolError`, a lookup or a rendering read back can all hand over an envelope whose
+An adapter, a `ToolError`, a lookup, a rendering read back or a ledger row can all hand over an
+envelope whose
 typed fields disagree with its code (INPUT_INVALID marked retryable, ACCESS_DENIED naming a
 field). The guard acts on the typed fields, so such an envelope would steer it wrong: it fails
 closed instead, to UNKNOWN_ERROR (no retry, side effects unknown) with the envelope it replaced
@@ -12,6 +13,9 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+from pydantic import ValidationError
+
+from writesafe.ledger import OperationRecord
 from writesafe.reconciler._causes import Untrusted
 from writesafe.reconciler._classify import Classification
 from writesafe.reconciler._contract import Code, CodeRegistry, ErrorEnvelope, SideEffects
@@ -69,3 +73,35 @@ def admit(
     logger.warning("%s produced %s that fails closed: %s", source, envelope.code, reason.value)
     evidence = {**classification.evidence, "source": source, "envelope": envelope.to_json_dict()}
     return untrusted(reason, f"{source} produced {envelope.code}: {reason.value}", evidence, codes)
+
+
+def admit_stored(text: str, codes: CodeRegistry, *, source: str) -> ErrorEnvelope:
+    """The envelope a ledger row holds, through the same door as every other.
+
+    The guard, the replay gate and the read models act on a stored envelope as on a fresh one,
+    and a row can be edited, migrated or written by another version: one that no longer
+    validates or disagrees with its code's verdict reads as UNKNOWN_ERROR (no retry), the raw
+    text stays in the row as the evidence, and the replacement is logged with it. `source`
+    names the row (`scope/key`). An adapter's rule may have proved UNKNOWN_ERROR had no effect
+    before the row was written, so such a narrowing stands.
+    """
+    try:
+        envelope = ErrorEnvelope.model_validate_json(text)
+    except ValidationError:
+        reason = Untrusted.INVALID_ENVELOPE
+        detail = f"the envelope stored for {source} is not one"
+    else:
+        found = disagreement(envelope, codes, proven=True)
+        if found is None:
+            return envelope
+        reason = found
+        detail = f"the {envelope.code} stored for {source}: {reason.value}"
+    logger.warning("the envelope stored for %s fails closed: %s %r", source, reason, text)
+    return untrusted(reason, detail, {}, codes).envelope
+
+
+def stored_envelope(operation: OperationRecord, codes: CodeRegistry) -> ErrorEnvelope | None:
+    """The envelope `operation` ended with, admitted (`admit_stored`); None if it has none."""
+    if operation.error is None:
+        return None
+    return admit_stored(operation.error, codes, source=f"{operation.scope}/{operation.key}")

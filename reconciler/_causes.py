@@ -2,9 +2,9 @@
 without reading the message.
 
 UNKNOWN_ERROR says why nothing more specific could be trusted (`Untrusted`); OUTCOME_UNKNOWN says
-how the answer was lost (`Lost`, the distinction the WebMCP codes draw); RETRY_EXHAUSTED names
-the code whose retries used up the budget; `ledger` names writesafe's own store as the
-dependency at fault.
+how the answer was lost (`Lost`, the distinction the WebMCP codes draw) or, answered again, why
+it is still not settled (`Unsettled`); RETRY_EXHAUSTED names the code whose retries used up the
+budget; `ledger` and `key_store` name writesafe's own stores as the dependency at fault.
 """
 
 from __future__ import annotations
@@ -40,6 +40,8 @@ class Untrusted(StrEnum):
     ADAPTER_FAILED = "adapter_failed"
     UNCLASSIFIED_EXCEPTION = "unclassified_exception"
     NO_STORED_FAILURE = "no_stored_failure"
+    # The effect proved absent, but the failure before it was one nobody classified.
+    ABSENT_AFTER_UNCLASSIFIED = "absent_after_unclassified"
     # A bare WebMCP code said no more than this.
     TOOL_UNAVAILABLE = "tool_unavailable"
     BARE_FAILURE = "bare_failure"
@@ -49,6 +51,10 @@ LEDGER = "ledger"
 """The cause of a failure of writesafe's own ledger (not of the tool's dependency): retry later,
 or, where an execution may have run, reconcile."""
 
+KEY_STORE = "key_store"
+"""The cause of a failure of writesafe's Redis key store (the HTTP service's rate limits and
+readiness ask it; the guard itself never fails on it)."""
+
 
 class Lost(StrEnum):
     """How the answer of a call that may have had an effect was lost."""
@@ -56,3 +62,12 @@ class Lost(StrEnum):
     TIMEOUT = "timeout"  # no answer in time: it may or may not have worked
     INTERRUPTED = "interrupted"  # the connection broke after the request was sent
     CANCELLED = "cancelled"  # the call was cancelled while it ran
+
+
+class Unsettled(StrEnum):
+    """Why an unknown outcome, answered again, is still unknown (nothing ran again)."""
+
+    NO_LOOKUP = "no_lookup"  # the tool has no lookup: nothing can settle it but an operator
+    LOOKUP_UNKNOWN = "lookup_unknown"  # the lookup could not tell (it failed or said unknown)
+    SETTLING = "settling"  # not found, but too soon after the send to prove absence
+    NEEDS_ATTENTION = "needs_attention"  # reconciliation gave up: an operator must resolve it

@@ -17,6 +17,7 @@ from typing import Any
 
 from writesafe.ledger import AttemptRecord, OperationRecord, Status, dumps_json, loads_json
 from writesafe.reconciler._classify import EVIDENCE_MESSAGE_LIMIT, exception_evidence
+from writesafe.reconciler._contract import CODES, CodeRegistry
 from writesafe.reconciler._lookup import Found, LookupResult, NotFound, Unknown
 from writesafe.reconciler._redaction import DEFAULT_REDACTION, Redaction
 from writesafe.reconciler._views import AttemptView
@@ -41,7 +42,10 @@ class LookupOperation:
 
     @classmethod
     def from_records(
-        cls, operation: OperationRecord, attempts: Sequence[AttemptRecord]
+        cls,
+        operation: OperationRecord,
+        attempts: Sequence[AttemptRecord],
+        codes: CodeRegistry = CODES,
     ) -> LookupOperation:
         return cls(
             key=operation.key,
@@ -51,7 +55,7 @@ class LookupOperation:
             status=operation.status,
             executions=operation.executions,
             last_sent_at=operation.last_sent_at,
-            attempts=tuple(AttemptView.from_record(attempt) for attempt in attempts),
+            attempts=tuple(AttemptView.from_record(attempt, codes) for attempt in attempts),
         )
 
 
@@ -72,6 +76,7 @@ class LookupSpec:
     timeout: float
     encode: Callable[[Any], str]
     redaction: Redaction = DEFAULT_REDACTION
+    codes: CodeRegistry = CODES  # judges the stored envelopes the lookup is shown
 
 
 class LookupOutcome(StrEnum):
@@ -134,7 +139,7 @@ async def _ask(
 ) -> Check:
     if spec.lookup is None:
         return Check(LookupOutcome.UNKNOWN, started_at, {"reason": "the tool has no lookup"})
-    view = LookupOperation.from_records(operation, attempts)
+    view = LookupOperation.from_records(operation, attempts, spec.codes)
     began = time.perf_counter()
     deadline = asyncio.timeout(spec.timeout)
     try:

@@ -10,8 +10,12 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from enum import StrEnum
 
+from writesafe.ledger import OperationRecord
+from writesafe.reconciler._causes import Untrusted
 from writesafe.reconciler._contract import (
+    Code,
     CodeRegistry,
+    ErrorEnvelope,
     NextAction,
     SideEffects,
     UnknownCode,
@@ -36,6 +40,33 @@ class FailedOperation:
     max_executions: int
     retry_after_ms: int | None
     failed_at: datetime
+
+
+def failed_operation(operation: OperationRecord, stored: ErrorEnvelope | None) -> FailedOperation:
+    """The facts of a `failed` row; `stored` is its envelope as admitted, whose code decides (an
+    envelope that failed closed is UNKNOWN_ERROR: terminal for the key)."""
+    return FailedOperation(
+        code=operation.last_code if stored is None else stored.code,
+        fingerprint=operation.fingerprint,
+        auth_hash=operation.auth_hash,
+        executions=operation.executions,
+        max_executions=operation.max_executions,
+        retry_after_ms=None if stored is None else stored.retry_after_ms,
+        failed_at=operation.updated_at,
+    )
+
+
+def waits_for_delay(failed: FailedOperation) -> bool:
+    """Whether deciding needs the ledger's clock: a stated delay is waited out on the clock that
+    stamped the failure; with none, the failure's own time is as late as any (no round trip)."""
+    return bool(failed.retry_after_ms)
+
+
+def stored_failure(stored: ErrorEnvelope | None, codes: CodeRegistry) -> ErrorEnvelope:
+    """What an unchanged repeat gets: the stored failure, or UNKNOWN_ERROR for a row without."""
+    if stored is not None:
+        return stored
+    return codes.envelope(Code.UNKNOWN_ERROR, "failed", cause=Untrusted.NO_STORED_FAILURE)
 
 
 def decide_continuation(

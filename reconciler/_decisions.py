@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import StrEnum
 
-from writesafe.ledger import OperationRecord, Status
+from writesafe.ledger import OperationRecord, Outcome, Status
 from writesafe.reconciler._absence import Absence, after_absence
 from writesafe.reconciler._check import Check, LookupOutcome
 from writesafe.reconciler._contract import CodeRegistry
@@ -45,6 +45,53 @@ def decide_row(
     if operation.status is Status.IN_FLIGHT:
         return RowAction.JUDGE_LEASE
     return RowAction.ASK_LOOKUP  # outcome_unknown, needs_attention
+
+
+MIN_POLL_MS = 50
+MAX_POLL_MS = 5_000
+
+
+def held_for_ms(seconds_left: float) -> int:
+    """How long a call waits before looking again at a lease the ledger says is held for
+    `seconds_left` more: no sooner than a poll is worth, no later than a renewal may free it."""
+    return int(min(max(seconds_left * 1000, MIN_POLL_MS), MAX_POLL_MS))
+
+
+FIRST_POLL_SECONDS = 0.002
+MAX_POLL_SECONDS = 0.05
+
+
+@dataclass(frozen=True, slots=True)
+class Poll:
+    """Look again at a busy key after `sleep` seconds (0: at once); `pause` is the next one."""
+
+    sleep: float
+    pause: float
+
+
+def next_poll(busy_ms: int, pause: float, remaining: float) -> Poll | None:
+    """How a call waits on a key that is busy for `busy_ms` (0: the row changed under it), with
+    `remaining` seconds of its wait left; None when the wait is over (IN_PROGRESS). Polls back
+    off exponentially from `FIRST_POLL_SECONDS`: a duplicate of a fast write sees it soon."""
+    if remaining <= 0:
+        return None
+    if not busy_ms:
+        return Poll(0.0, pause)
+    return Poll(min(pause, remaining), min(pause * 2, MAX_POLL_SECONDS))
+
+
+def committed_earlier(
+    found: OperationRecord | None, sent: OperationRecord, outcome: Outcome
+) -> bool:
+    """Whether `found` is `sent` finished with `outcome`: a retried finish whose first try
+    committed before its connection broke finds it so (and must not record it twice)."""
+    return (
+        found is not None
+        and found.version == sent.version + 1
+        and found.status is outcome.status
+        and found.result == outcome.result
+        and found.error == outcome.error
+    )
 
 
 @dataclass(frozen=True, slots=True)

@@ -98,6 +98,7 @@ async def resolve_operation(
             absent.code,
             f"resolved as failed by {actor}: {reason}",
             side_effects=SideEffects.NONE,
+            cause=absent.cause,
         )
         row = await ledger.settle(
             operation,

@@ -96,6 +96,7 @@ NOT_FROM_READERS: dict[str, str] = {
     _U.ADAPTER_FAILED: "an adapter or one of its predicates raised",
     _U.UNCLASSIFIED_EXCEPTION: "a tool raised an exception no classification knows",
     _U.NO_STORED_FAILURE: "a failed operation's stored envelope is missing (a damaged ledger)",
+    _U.ABSENT_AFTER_UNCLASSIFIED: "a lookup proved absent the effect of an unclassified failure",
 }
 """Fail-closed causes that no wire input can produce: they arise inside the producer."""
 

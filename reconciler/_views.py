@@ -8,7 +8,8 @@ from typing import Any, Self
 from pydantic import BaseModel, ConfigDict
 
 from writesafe.ledger import AttemptKind, AttemptRecord, OperationRecord, Status, loads_json
-from writesafe.reconciler._contract import ErrorEnvelope, OperationInfo
+from writesafe.reconciler._admission import admit_stored
+from writesafe.reconciler._contract import CODES, CodeRegistry, ErrorEnvelope, OperationInfo
 
 
 class AttemptView(BaseModel):
@@ -28,13 +29,13 @@ class AttemptView(BaseModel):
     finished_at: datetime | None
 
     @classmethod
-    def from_record(cls, record: AttemptRecord) -> AttemptView:
+    def from_record(cls, record: AttemptRecord, codes: CodeRegistry = CODES) -> AttemptView:
         return cls(
             kind=record.kind,
             execution=record.execution,
             outcome=record.outcome,
             code=record.code,
-            error=_envelope(record.envelope),
+            error=_envelope(record.envelope, codes, f"attempt {record.id}"),
             evidence=None if record.evidence is None else loads_json(record.evidence),
             actor=record.actor,
             reason=record.reason,
@@ -65,7 +66,8 @@ class OperationSummary(BaseModel):
     updated_at: datetime
 
     @classmethod
-    def from_record(cls, operation: OperationRecord) -> Self:
+    def from_record(cls, operation: OperationRecord, codes: CodeRegistry = CODES) -> Self:
+        """`codes` judges the stored envelope (the application's registry, where it has one)."""
         return cls(
             key=operation.key,
             scope=operation.scope,
@@ -75,7 +77,7 @@ class OperationSummary(BaseModel):
             max_executions=operation.max_executions,
             attempts_left=attempts_left(operation),
             result=None if operation.result is None else loads_json(operation.result),
-            error=_envelope(operation.error),
+            error=_envelope(operation.error, codes, f"{operation.scope}/{operation.key}"),
             lease_expires_at=operation.lease_expires_at,
             created_at=operation.created_at,
             updated_at=operation.updated_at,
@@ -89,10 +91,13 @@ class OperationStatus(OperationSummary):
 
     @classmethod
     def from_records(
-        cls, operation: OperationRecord, attempts: list[AttemptRecord]
+        cls,
+        operation: OperationRecord,
+        attempts: list[AttemptRecord],
+        codes: CodeRegistry = CODES,
     ) -> OperationStatus:
-        return cls.from_record(operation).model_copy(
-            update={"attempts": [AttemptView.from_record(a) for a in attempts]}
+        return cls.from_record(operation, codes).model_copy(
+            update={"attempts": [AttemptView.from_record(a, codes) for a in attempts]}
         )
 
 
@@ -110,5 +115,5 @@ def operation_info(operation: OperationRecord) -> OperationInfo:
     )
 
 
-def _envelope(text: str | None) -> ErrorEnvelope | None:
-    return None if text is None else ErrorEnvelope.model_validate_json(text)
+def _envelope(text: str | None, codes: CodeRegistry, source: str) -> ErrorEnvelope | None:
+    return None if text is None else admit_stored(text, codes, source=source)

@@ -7,8 +7,8 @@ import time
 
 from tests.conftest import MakeWriteSafe
 from writesafe.idempotency._fence import Fence
-from writesafe.idempotency._guard import LEDGER_ERRORS
 from writesafe.idempotency._leases import HeldLease, LeaseKeeper
+from writesafe.idempotency._recording import LEDGER_ERRORS
 from writesafe.ledger import Intent, Outcome, Status
 
 LEASE = 0.3

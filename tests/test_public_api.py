@@ -21,6 +21,7 @@ EXPORTED = [
     "ErrorEnvelope",
     "FencedTransport",
     "Found",
+    "IdempotencyMiddleware",
     "Invocation",
     "LeaseLost",
     "LookupOperation",

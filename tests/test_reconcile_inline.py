@@ -79,6 +79,7 @@ async def test_miss_before_the_settle_window_does_not_execute(make_ws: MakeWrite
 
     assert error.envelope.retry_after_ms == 4_000  # when the window closes
     assert error.envelope.next_action == "reconcile"
+    assert error.envelope.cause == "settling"  # why it is still unknown, typed
     assert shop.placed == 0
     assert shop.lookups == 1
     status = await ws.status("ord-3")
@@ -101,6 +102,7 @@ async def test_a_raising_lookup_leaves_the_outcome_unknown(make_ws: MakeWriteSaf
     error = await unknown_outcome(submit_order("A1", idempotency_key="ord-4"))
 
     assert error.envelope.retry_after_ms == 1_000
+    assert error.envelope.cause == "lookup_unknown"
     assert shop.placed == 1
     evidence = await unknown_evidence(ws, "ord-4")
     assert evidence["exception"] == "builtins.ConnectionError"
@@ -179,6 +181,7 @@ async def test_proven_absence_after_an_unclassified_failure_is_terminal(
 
     for error in (second.value, third.value):
         assert (error.code, error.envelope.side_effects) == ("UNKNOWN_ERROR", "none")
+        assert error.envelope.cause == "absent_after_unclassified"
         assert error.envelope.operation is not None
         assert error.envelope.operation.status == "failed"
     assert shop.placed == 0
@@ -196,6 +199,7 @@ async def test_proven_absence_with_no_budget_left_is_retry_exhausted(
         await submit_order("A1", idempotency_key="ord-9")
 
     assert raised.value.code == "RETRY_EXHAUSTED"
+    assert raised.value.envelope.cause == "OUTCOME_UNKNOWN"  # the code that spent the budget
     assert raised.value.envelope.side_effects == "none"
     assert shop.placed == 0
     status = await ws.status("ord-9")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import sqlite3
 import threading
 from pathlib import Path
 
@@ -63,5 +64,28 @@ async def test_a_claim_whose_caller_is_cancelled_is_written_whole_or_not_at_all(
         rows, tries = await _counts(ledger)
         assert 0 < rows < 30, "the cancellations should have come at different points"
         assert rows == tries, "every operation row has its first execution attempt, and only it"
+    finally:
+        await ledger.close()
+
+
+async def test_a_claim_of_a_taken_key_reads_it_without_a_write_or_the_writers_thread(
+    tmp_path: Path,
+) -> None:
+    ledger = Ledger.from_url(f"sqlite+aiosqlite:///{tmp_path / 'ledger.db'}")
+    await ledger.migrate()
+    try:
+        assert (await ledger.claim(_intent("a"))).created
+        await ledger.close()
+        await asyncio.to_thread(lambda: [t.join(5) for t in _writer_threads()])
+        before = len(_writer_threads())
+        with sqlite3.connect(tmp_path / "ledger.db") as raw:
+            changes = raw.execute("PRAGMA data_version").fetchone()
+            claim = await ledger.claim(_intent("a"))  # a replay: the key is taken
+            assert raw.execute("PRAGMA data_version").fetchone() == changes, "nothing written"
+        assert not claim.created
+        assert claim.operation.lease_owner == "owner-a"
+        assert len(_writer_threads()) == before, "answered on the caller's thread"
+        assert (await ledger.claim(_intent("b"))).created  # a new key still takes the write path
+        assert len(_writer_threads()) == before + 1
     finally:
         await ledger.close()

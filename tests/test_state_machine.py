@@ -113,14 +113,18 @@ class LedgerMachine(RuleBasedStateMachine):
     @precondition(lambda self: self.row is not None)
     @rule()
     def automatic_retry(self) -> None:
+        """What the guard does between two executions: record the failure, then restart."""
         assert self.row is not None
         failed = Outcome(Status.FAILED, error="{}", code="DEPENDENCY_BUSY")
         try:
-            returned = self.run(self.ledger.retry(self.row, intent(), failed, self.clock.now()))
+            returned = self.run(self.ledger.finish(self.row, OWNER, failed))
         except IllegalTransition:
-            assert Status.IN_FLIGHT not in TRANSITIONS[self.row.status]
+            assert Status.FAILED not in TRANSITIONS[self.row.status]
             returned = None
         self.observe(returned)
+        if returned is None:
+            return
+        self.observe(self.run(self.ledger.restart(self.row, intent())))
 
     @precondition(lambda self: self.row is not None)
     @rule()

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from prometheus_client import REGISTRY
 
 from tests.conftest import MakeWriteSafe
 from writesafe import (
@@ -27,6 +28,7 @@ from writesafe import (
     ToolError,
     WriteSafeError,
 )
+from writesafe.idempotency._keystore import RedisKeyStore
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -423,3 +425,74 @@ async def test_a_sync_call_from_its_own_loop_thread_is_refused_not_deadlocked(
     assert await asyncio.to_thread(outer, idempotency_key="k") == "late"  # the lookup ran
 
     assert refusals == ["a sync writesafe call cannot be made from its own loop thread"]
+
+
+async def test_a_replay_redis_has_is_answered_on_the_calling_thread(
+    backend: str, make_ws: MakeWriteSafe
+) -> None:
+    if "redis" not in backend:
+        pytest.skip("without Redis every replay is the ledger's, read on the loop thread")
+    ws = make_ws()
+    effects: list[int] = []
+
+    @ws.tool("charge")
+    def charge(cents: int) -> dict[str, int]:
+        effects.append(cents)
+        return {"cents": cents}
+
+    def replayed() -> float:
+        labels = {"tool": "charge", "answer": "replayed"}
+        return REGISTRY.get_sample_value("writesafe_calls_total", labels) or 0.0
+
+    assert await asyncio.to_thread(charge, 100, idempotency_key="c-1") == {"cents": 100}
+    twin = ws.sync._loop_thread().twin
+    assert twin.keystore is not None
+    for _ in range(100):  # the cache fill is written behind the first answer
+        if twin.keystore.cached_now("default", "c-1") is not None:
+            break
+        await asyncio.sleep(0.01)
+    before = replayed()
+
+    # The loop thread is held: only an answer read on the calling thread can come back.
+    held, release = threading.Event(), threading.Event()
+
+    def hold() -> None:
+        held.set()
+        release.wait(30)
+
+    ws.sync._loop_thread()._loop.call_soon_threadsafe(hold)
+    assert held.wait(5)
+    try:
+        answer = await asyncio.wait_for(
+            asyncio.to_thread(charge.invoke, (100,), {}, key="c-1"), timeout=5
+        )
+    finally:
+        release.set()
+    assert (answer.value, answer.replayed) == ({"cents": 100}, True)
+    assert replayed() == before + 1  # counted as the guard counts a replay
+    # Another payload under the key is the guard's to refuse, on the loop thread.
+    with pytest.raises(WriteSafeError) as reused:
+        await asyncio.to_thread(charge, 999, idempotency_key="c-1")
+    assert reused.value.envelope.code == "KEY_REUSED"
+    assert effects == [100]
+
+
+async def test_a_sync_replay_with_redis_down_is_the_ledgers(make_ws: MakeWriteSafe) -> None:
+    ws = make_ws(redis_url="redis://127.0.0.1:1/0", redis_prefix="ws-test-down")  # nothing there
+    effects: list[int] = []
+
+    @ws.tool("charge")
+    def charge(cents: int) -> int:
+        effects.append(cents)
+        return cents
+
+    first = await asyncio.to_thread(charge.invoke, (100,), {}, key="c-1")
+    again = await asyncio.to_thread(charge.invoke, (100,), {}, key="c-1")
+
+    assert (first.replayed, again.replayed, again.value) == (False, True, 100)
+    assert effects == [100]
+    # The calling thread's read degrades as the loop's commands do: no answer, the breaker open.
+    store = RedisKeyStore("redis://127.0.0.1:1/0", prefix="ws-test-down")  # its breaker closed
+    assert await asyncio.to_thread(store.cached_now, "default", "c-1") is None
+    assert not store.available
+    await store.close()

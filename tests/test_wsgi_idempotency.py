@@ -68,8 +68,8 @@ def flask_client(work: Path) -> tuple[Post, WriteSafe]:
     return post, shop.ws
 
 
-def django_client(work: Path) -> tuple[Post, WriteSafe]:
-    wsgi_shops.configure_django(work)
+def django_client(work: Path, *, middleware: bool = False) -> tuple[Post, WriteSafe]:
+    wsgi_shops.configure_django(work, middleware=middleware)
     from django.test import Client
 
     client = Client()
@@ -131,7 +131,7 @@ def gunicorn(framework: str, work: Path) -> Iterator[Post]:
         server.wait(timeout=30)
 
 
-@pytest.fixture(scope="module", params=["flask", "django"])
+@pytest.fixture(scope="module", params=["flask", "django", "django_middleware"])
 def framework(request: pytest.FixtureRequest) -> str:
     return str(request.param)
 
@@ -146,7 +146,10 @@ def shop(
     if request.param == "gunicorn":
         yield from (Shop(post, work) for post in gunicorn(framework, work))
         return
-    post, ws = (flask_client if framework == "flask" else django_client)(work)
+    if framework == "flask":
+        post, ws = flask_client(work)
+    else:
+        post, ws = django_client(work, middleware=framework == "django_middleware")
     try:
         yield Shop(post, work)
     finally:
@@ -211,3 +214,17 @@ def test_a_missing_or_malformed_key_is_400_and_nothing_runs(shop: Shop, key: str
         400,
     )
     assert shop.effects() == before
+
+
+def test_an_async_view_is_refused_when_it_is_decorated(tmp_path: Path) -> None:
+    from writesafe import idempotent_django_view, idempotent_flask_view
+
+    ws = WriteSafe(f"sqlite+aiosqlite:///{tmp_path / 'ledger.db'}")
+
+    async def orders(*args: Any) -> dict[str, Any]:
+        return {}
+
+    for decorate in (idempotent_flask_view(ws, "a"), idempotent_django_view(ws, "b")):
+        with pytest.raises(TypeError, match="an async view cannot be guarded here"):
+            decorate(orders)
+    assert ws.tools == {}  # nothing was registered

@@ -6,6 +6,8 @@ Configured from the environment: WRITESAFE_SHOP_WORK (the work folder; the ledge
 file in it, the downstream's refunds are lines of `WORK/refunds`), WRITESAFE_CELERY_BROKER and
 WRITESAFE_CELERY_PREFIX (the test's own Redis key prefix) and WRITESAFE_CELERY_QUEUE. While the
 file `WORK/hang` exists, the task hangs after its effect, as a worker does that dies mid-task.
+The bound `charge` task writes its effects to `WORK/charges`; every delivery a worker finishes
+is a line of `WORK/delivered`.
 """
 
 from __future__ import annotations
@@ -15,7 +17,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from celery import Celery
+from celery import Celery, Task
+from celery.signals import task_postrun
 
 from writesafe import Found, LookupOperation, NotFound, WriteSafe, idempotent_task
 
@@ -65,3 +68,18 @@ def refund(order_id: str) -> dict[str, Any]:
     while (WORK / "hang").exists():  # the answer never comes: this worker is killed here
         time.sleep(0.05)
     return {"refund_id": f"r-{operation.key}"}
+
+
+@app.task(name="charge", bind=True)
+@idempotent_task(ws)
+def charge(self: Task[Any, Any], order_id: str) -> dict[str, Any]:
+    """A bound task: the body gets the task (its request), the fingerprint only `order_id`."""
+    with (WORK / "charges").open("a") as charges:
+        charges.write(f"{self.request.id} {order_id}\n")
+    return {"charge_id": f"c-{order_id}", "task_id": self.request.id}
+
+
+@task_postrun.connect
+def delivered(task_id: str, **_: Any) -> None:
+    with (WORK / "delivered").open("a") as lines:
+        lines.write(f"{task_id}\n")

@@ -7,6 +7,10 @@ answers 201 with JSON. `POST /slow` does the same once the file `WORK/release` e
 
     gunicorn 'tests.apps.wsgi_shops:flask_app()'
     gunicorn 'tests.apps.wsgi_shops:django_app()'
+    gunicorn 'tests.apps.wsgi_shops:django_middleware_app()'
+
+The last guards the same views with `IdempotencyMiddleware` instead of the decorator (`orders` by
+its URL name, `/slow` by its path).
 """
 
 from __future__ import annotations
@@ -88,8 +92,9 @@ def _route(name: str) -> Callable[..., Any]:
     return view
 
 
-def configure_django(work: Path) -> None:
-    """Point this module's URL patterns at a new shop in `work` (settings once per process)."""
+def configure_django(work: Path, *, middleware: bool = False) -> None:
+    """Point this module's URL patterns at a new shop in `work` (settings once per process),
+    its views guarded by the decorator, or with `middleware` by `IdempotencyMiddleware`."""
     global current
     import django
     from django.conf import settings
@@ -110,15 +115,33 @@ def configure_django(work: Path) -> None:
         django.setup()
     shop = current = Shop(work)
 
-    @idempotent_django_view(shop.ws, "django_orders")
     def orders(request: HttpRequest) -> JsonResponse:
         return JsonResponse(shop.commit(json.loads(request.body)), status=201)
 
-    @idempotent_django_view(shop.ws, "django_slow", wait_timeout=SLOW_WAIT_TIMEOUT)
     def slow(request: HttpRequest) -> JsonResponse:
         return JsonResponse(shop.commit_slowly(json.loads(request.body)), status=201)
 
-    _views.update(orders=orders, slow=slow)
+    if middleware:
+        settings.MIDDLEWARE = ["writesafe.IdempotencyMiddleware"]
+        settings.WRITESAFE_IDEMPOTENCY = {
+            "writesafe": shop.ws,
+            "views": {
+                "orders": {"name": "django.orders", "scope": f"{__name__}.tenant_of"},
+                "/slow": {"name": "django_slow", "wait_timeout": SLOW_WAIT_TIMEOUT},
+            },
+        }
+        _views.update(orders=orders, slow=slow)
+        return
+    settings.MIDDLEWARE = []
+    _views.update(
+        orders=idempotent_django_view(shop.ws, "django_orders")(orders),
+        slow=idempotent_django_view(shop.ws, "django_slow", wait_timeout=SLOW_WAIT_TIMEOUT)(slow),
+    )
+
+
+def tenant_of(request: Any) -> str:
+    """The middleware's `scope` for `orders`, named in settings by its dotted path."""
+    return "shop-tenant"
 
 
 def django_app() -> Any:
@@ -128,10 +151,17 @@ def django_app() -> Any:
     return get_wsgi_application()
 
 
+def django_middleware_app() -> Any:
+    from django.core.wsgi import get_wsgi_application
+
+    configure_django(_work_from_env(), middleware=True)
+    return get_wsgi_application()
+
+
 def _urlpatterns() -> list[Any]:
     from django.urls import path
 
-    return [path("orders", _route("orders")), path("slow", _route("slow"))]
+    return [path("orders", _route("orders"), name="orders"), path("slow", _route("slow"))]
 
 
 def __getattr__(name: str) -> Any:

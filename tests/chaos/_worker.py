@@ -50,14 +50,19 @@ class Agent:
         self.progress = asyncio.Condition()
         self.corrections: Counter[str] = Counter()
         self.renewals: Counter[str] = Counter()
-        # Tries count across restarts: a worker killed faster than it can use up an order's
-        # tries (the last order left, waiting on an operator) would otherwise never finish.
+        # Tries count across restarts, the owner's and the twin's apart: a worker killed faster
+        # than it can use up an order's tries (the last order left, waiting on an operator, or
+        # with no reconciler to settle it) would otherwise never finish.
         self.tries: Counter[str] = Counter()
+        self.twin_tries: Counter[str] = Counter()
         for entry in history:
             self._remember(entry)
 
     def _remember(self, entry: dict[str, Any]) -> None:
         if entry.get("twin"):
+            # (A twin's envelopes change nothing else: its payload and token are the first.)
+            if entry["kind"] != "final":
+                self.twin_tries[entry["ref"]] += 1
             return
         if entry["kind"] != "final":
             self.tries[entry["ref"]] += 1
@@ -95,8 +100,7 @@ class Agent:
         What the envelope asks the owner to change (input, token) the twin leaves to it."""
         final = "gave_up"
         twin = {"twin": True}
-        for _ in range(MAX_TRIES):
-            # (A twin's journal lines are not remembered: its payload is the first one.)
+        for _ in range(MAX_TRIES - self.twin_tries[ref]):
             answer = await self._submit(ref, self.payload(ref), "t0", twin)
             if answer not in ("retry_after_delay", "reconcile"):
                 final = answer

@@ -276,6 +276,7 @@ async def test_readiness_names_the_store_that_does_not_answer(pg_schema: str) ->
     body = assert_problem(ready, 503, "TEMP_UNAVAILABLE")
     assert body["checks"]["database"] == "ok"
     assert body["checks"]["redis"].startswith("unavailable")
+    assert body["cause"] == "key_store"  # the store at fault, typed
     assert ready.headers["retry-after"] == "1"
     assert listing.status_code == 200  # Redis only accelerates; the ledger still answers
 
@@ -297,10 +298,10 @@ async def test_an_unreachable_ledger_is_503_not_500(transport: str) -> None:
     finally:
         await ws.close()
     assert health.status_code == 200
-    assert assert_problem(ready, 503, "TEMP_UNAVAILABLE")["checks"]["database"].startswith(
-        "unavailable"
-    )
-    assert_problem(listing, 503, "TEMP_UNAVAILABLE")
+    readiness = assert_problem(ready, 503, "TEMP_UNAVAILABLE")
+    assert readiness["checks"]["database"].startswith("unavailable")
+    assert readiness["cause"] == "ledger"
+    assert assert_problem(listing, 503, "TEMP_UNAVAILABLE")["cause"] == "ledger"
     assert listing.headers["retry-after"] == "1"
     assert_problem(refused, 401, "AUTH_REQUIRED")  # a malformed key needs no database
 
@@ -321,7 +322,9 @@ async def test_an_unmigrated_ledger_says_so(pg_schema: str) -> None:
         "writesafe db upgrade"
         in assert_problem(ready, 503, "TEMP_UNAVAILABLE")["checks"]["database"]
     )
-    assert "writesafe db upgrade" in assert_problem(listing, 503, "TEMP_UNAVAILABLE")["message"]
+    body = assert_problem(listing, 503, "TEMP_UNAVAILABLE")
+    assert "writesafe db upgrade" in body["message"]
+    assert body["cause"] == "ledger"
 
 
 async def test_only_health_readiness_and_the_openapi_document_are_open(service: Service) -> None:

@@ -14,6 +14,7 @@ from starlette.exceptions import HTTPException
 
 from writesafe.idempotency import WriteSafe, WriteSafeError
 from writesafe.ledger import ApiKeys, LedgerNotMigrated
+from writesafe.reconciler import KEY_STORE, LEDGER
 from writesafe.service._auth import Authenticator, require_admin, require_operator
 from writesafe.service._console import console_router
 from writesafe.service._context import ServiceContext
@@ -86,13 +87,15 @@ def create_app(ws: WriteSafe, settings: ServiceSettings | None = None) -> Servic
 
 
 async def _unavailable(request: Request, error: Any) -> JSONResponse:
-    # The answer does not say which store or why (it may name internals); the log does.
+    # The answer names the store (typed) but not why (that may name internals); the log does.
+    # redis-py wraps its socket errors in RedisError, so a bare OSError is the ledger's driver.
     logger.warning("%s %s answered 503: %r", request.method, request.url.path, error)
-    return unavailable("a store did not answer; nothing was changed")
+    store = KEY_STORE if isinstance(error, RedisError) else LEDGER
+    return unavailable(f"the {store.replace('_', ' ')} did not answer; nothing was changed", store)
 
 
 async def _not_migrated(_request: Request, _error: Any) -> JSONResponse:
-    return unavailable("the ledger schema is not current: run `writesafe db upgrade`")
+    return unavailable("the ledger schema is not current: run `writesafe db upgrade`", LEDGER)
 
 
 async def _internal(_request: Request, _error: Any) -> JSONResponse:

@@ -12,6 +12,7 @@ from fastapi.responses import JSONResponse
 from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, generate_latest
 
 from writesafe.ledger import LedgerNotMigrated
+from writesafe.reconciler import KEY_STORE, LEDGER
 from writesafe.service._auth import Principal
 from writesafe.service._context import ServiceContext
 from writesafe.service._metrics import refresh_pending
@@ -45,8 +46,14 @@ def health_router(ctx: ServiceContext, admin: Callable[..., Awaitable[Principal]
         results = {
             name: await _run(check, ctx.settings.ready_timeout) for name, check in checks.items()
         }
-        if any(result != "ok" for result in results.values()):
-            return unavailable("a store did not answer", extensions={"checks": results})
+        down = [name for name, result in results.items() if result != "ok"]
+        if down:
+            store = LEDGER if "database" in down else KEY_STORE
+            return unavailable(
+                f"the {store.replace('_', ' ')} did not answer",
+                store,
+                extensions={"checks": results},
+            )
         return Readiness(checks=results)
 
     @router.get(

@@ -21,7 +21,13 @@ from pydantic import BaseModel, ConfigDict, Field, create_model
 from starlette.exceptions import HTTPException
 
 from writesafe.idempotency import WriteSafeError
-from writesafe.reconciler import CODES, PROBLEM_MEDIA_TYPE, Code, ErrorEnvelope, to_problem
+from writesafe.reconciler import (
+    CODES,
+    PROBLEM_MEDIA_TYPE,
+    Code,
+    ErrorEnvelope,
+    to_problem,
+)
 
 # HTTP errors that are contract codes; the contract's table gives each its status back, except
 # 400 (FastAPI's "There was an error parsing the body"), which becomes 422 like all bad input.
@@ -124,9 +130,17 @@ def envelope_response(
     )
 
 
-def unavailable(message: str, extensions: Mapping[str, Any] | None = None) -> JSONResponse:
-    """503 TEMP_UNAVAILABLE: nothing was changed, try again shortly."""
-    envelope = CODES.envelope(Code.TEMP_UNAVAILABLE, message, retry_after_ms=1_000)
+def unavailable(
+    message: str, store: str, extensions: Mapping[str, Any] | None = None
+) -> JSONResponse:
+    """503 TEMP_UNAVAILABLE: nothing was changed, try again shortly. `store` names the store
+    that did not answer (`LEDGER` or `KEY_STORE`) as the envelope's typed `cause`."""
+    envelope = CODES.envelope(
+        Code.TEMP_UNAVAILABLE,
+        message,
+        retry_after_ms=1_000,
+        cause=store,
+    )
     return envelope_response(envelope, extensions=extensions)
 
 
