@@ -8,8 +8,11 @@ Override the servers with WRITESAFE_TEST_DATABASE_URL / WRITESAFE_TEST_REDIS_URL
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import fcntl
 import itertools
 import os
+import time
 import uuid
 from collections.abc import AsyncIterator, Callable, Coroutine, Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -36,6 +39,11 @@ BACKENDS = ["sqlite", "postgres", "postgres+redis"]
 # are recognised by value, so other files' own backend fixtures are marked too.
 SERVER_FIXTURES = {"pg_schema": "postgres", "redis_prefix": "redis"}
 SERVER_PARAMETERS = {"postgres": {"postgres"}, "postgres+redis": {"postgres", "redis"}}
+# PostgreSQL connections the whole run (all xdist workers together) may hold at once: the shared
+# server's max_connections has other clients. A PostgreSQL test holds PG_DEFAULT_SLOTS of them
+# while it runs, or as many as its `pg_connections(n)` mark says.
+PG_BUDGET = 40
+PG_DEFAULT_SLOTS = 8
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -102,6 +110,67 @@ async def _drop_schema(name: str) -> None:
         await connection.execute(f'DROP SCHEMA "{name}" CASCADE')
     finally:
         await connection.close()
+
+
+class ConnectionBudget:
+    """PG_BUDGET slots, one lock file each, shared by every process of the run (xdist workers).
+
+    A test takes its slots under one mutex, so a test that needs many waits its turn instead of
+    being starved by small ones, and two tests never each hold half of what the other needs.
+    The locks are flock()s, released by the kernel even when a worker dies.
+    """
+
+    def __init__(self, folder: Path) -> None:
+        self.folder = folder
+        folder.mkdir(parents=True, exist_ok=True)
+
+    @contextlib.contextmanager
+    def hold(self, count: int) -> Iterator[None]:
+        held: list[Any] = []
+        try:
+            with open(self.folder / "mutex", "w") as mutex:
+                fcntl.flock(mutex, fcntl.LOCK_EX)
+                while len(held) < count:
+                    for slot in range(PG_BUDGET):
+                        if len(held) == count:
+                            break
+                        handle = open(self.folder / f"slot-{slot}", "w")  # noqa: SIM115
+                        try:
+                            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                        except BlockingIOError:
+                            handle.close()
+                        else:
+                            held.append(handle)
+                    if len(held) < count:
+                        time.sleep(0.05)
+            yield
+        finally:
+            for handle in held:
+                handle.close()
+
+
+@pytest.fixture(scope="session")
+def connection_budget(tmp_path_factory: pytest.TempPathFactory) -> ConnectionBudget:
+    # Under xdist each worker's basetemp is a child of the run's one shared folder.
+    root = tmp_path_factory.getbasetemp()
+    shared = root.parent if os.environ.get("PYTEST_XDIST_WORKER") else root
+    return ConnectionBudget(shared / "pg-budget")
+
+
+@pytest.fixture(autouse=True)
+def pg_slots(request: pytest.FixtureRequest) -> Iterator[None]:
+    """A PostgreSQL test's share of PG_BUDGET (its `pg_connections` mark), held to its teardown.
+
+    Autouse, so the slots are taken before any fixture opens a connection.
+    """
+    if request.node.get_closest_marker("postgres") is None:
+        yield
+        return
+    mark = request.node.get_closest_marker("pg_connections")
+    count = int(mark.args[0]) if mark else PG_DEFAULT_SLOTS
+    budget: ConnectionBudget = request.getfixturevalue("connection_budget")
+    with budget.hold(min(count, PG_BUDGET)):
+        yield
 
 
 @pytest.fixture

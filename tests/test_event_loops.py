@@ -29,6 +29,7 @@ def _counting_tool(ws: WriteSafe, effects: list[str]) -> Any:
     return submit_order
 
 
+@pytest.mark.pg_connections(30)  # BURST fills the default pools (10 + 20)
 def test_calls_on_a_new_event_loop_are_guarded_like_the_first_loops(
     store_options: dict[str, Any],
 ) -> None:

@@ -285,6 +285,7 @@ async def test_unclassifiable_error_is_unknown_and_not_rerun(make_ws: MakeWriteS
     assert status.attempts[0].evidence["exception"] == "builtins.RuntimeError"
 
 
+@pytest.mark.pg_connections(30)  # a burst fills the default pools (10 + 20)
 async def test_hundred_concurrent_duplicates_execute_once(make_ws: MakeWriteSafe) -> None:
     ws, shop = make_ws(), Shop()
 
@@ -300,6 +301,7 @@ async def test_hundred_concurrent_duplicates_execute_once(make_ws: MakeWriteSafe
     assert all(result == results[0] for result in results)
 
 
+@pytest.mark.pg_connections(30)
 async def test_duplicates_from_separate_workers_execute_once(make_ws: MakeWriteSafe) -> None:
     """Ten WriteSafe instances (no shared memory) × ten coroutines meet only in the stores.
 

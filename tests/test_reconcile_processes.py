@@ -152,6 +152,7 @@ def test_a_worker_killed_after_the_commit_is_reconciled_by_the_cli(
 
 
 @pytest.mark.postgres
+@pytest.mark.pg_connections(30)
 @pytest.mark.parametrize("backend", ["postgres"])
 def test_four_reconcilers_resolve_two_thousand_operations_exactly_once(
     deployment: Deployment,

@@ -24,6 +24,7 @@ SHORT_RUN_WEIGHTS = {f: 0.44 if f is Fault.OK else 0.08 for f in Fault}
 
 @pytest.mark.slow
 @pytest.mark.postgres
+@pytest.mark.pg_connections(30)  # 3 workers, 2 reconcilers and the driver: 27 seen at peak
 def test_a_short_chaos_run_keeps_every_invariant() -> None:
     plan = Plan(seed=SEED, weights=SHORT_RUN_WEIGHTS, stall_rate=0.1)
     report = asyncio.run(
