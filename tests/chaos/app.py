@@ -20,7 +20,7 @@ from typing import Any
 import httpx
 
 from tests.chaos._plan import Plan, StallPoint, plan_from_json
-from writesafe import WriteSafe, current_operation, fenced_client
+from writesafe import NoCurrentOperation, WriteSafe, current_operation, fenced_client
 from writesafe.reconciler import Found, LookupOperation, LookupResult, NotFound, ToolError, Unknown
 
 PLAN = plan_from_json(os.environ["CHAOS_PLAN"]) if "CHAOS_PLAN" in os.environ else Plan(seed=0)
@@ -34,8 +34,11 @@ _clients: dict[int, httpx.AsyncClient] = {}
 
 def stall_here(point: StallPoint) -> None:
     """Stop this process if the plan stalls the current execution at `point`."""
-    operation = current_operation()
-    if operation is None or PLAN.stall_point(operation.key, operation.execution) is not point:
+    try:
+        operation = current_operation()
+    except NoCurrentOperation:  # a lookup's request: lookups are not stalled
+        return
+    if PLAN.stall_point(operation.key, operation.execution) is not point:
         return
     print(f"chaos stall {point.value} {operation.key} #{operation.execution}", file=sys.stderr)
     sys.stderr.flush()
