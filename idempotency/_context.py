@@ -35,12 +35,13 @@ class OperationContext:
 
 
 class NoCurrentOperation(RuntimeError):
-    """`current_operation()` was called outside a guarded write (or its lookup): there is no
-    operation whose key to forward. A programming error, not a failure of the write."""
+    """`current_operation()` was called outside a guarded write: there is no operation whose key
+    to forward. A lookup runs outside one too (it is given `op.key`). A programming error, not a
+    failure of the write."""
 
     def __init__(self) -> None:
         super().__init__(
-            "current_operation() is only available inside a guarded write or its lookup"
+            "current_operation() is only available inside a guarded write (a lookup gets op.key)"
         )
 
 
