@@ -13,7 +13,7 @@ TARGET = Path(__file__).resolve().parents[1] / "docs" / "api.md"
 
 def current() -> str:
     # The OpenAPI document does not depend on the ledger; this WriteSafe never connects.
-    return render_markdown(create_app(WriteSafe("sqlite+aiosqlite:///:memory:")).openapi())
+    return render_markdown(create_app(WriteSafe()).openapi())
 
 
 if __name__ == "__main__":

@@ -84,7 +84,7 @@ def running(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Running]:
 
 # Loaded at import (schemathesis parametrizes at collection); the test below checks that the
 # running service serves exactly this document.
-OPENAPI = create_app(WriteSafe("sqlite+aiosqlite:///:memory:")).openapi()
+OPENAPI = create_app(WriteSafe()).openapi()
 schema = schemathesis.openapi.from_dict(OPENAPI, config=CONFIG)
 
 
