@@ -348,7 +348,7 @@ class Ledger:
             "next_check_at": None,
             "checks": 0,
         }
-        return await self.writer.change(Change(current, values, now, opens=True))
+        return await self.writer.change(Change(current, values, now))  # opens an execution
 
     async def finish(
         self, current: OperationRecord, owner: str, outcome: Outcome
@@ -370,7 +370,7 @@ class Ledger:
         if outcome.status is Status.OUTCOME_UNKNOWN:
             values["next_check_at"] = now
         closes = ClosedExecution(owner, outcome.status.value, outcome.attempt_values, now)
-        return await self.writer.change(Change(current, values, now, owner=owner, closes=closes))
+        return await self.writer.change(Change(current, values, now, closes=closes))
 
     async def renew_leases(self, leases: Mapping[int, str], seconds: float) -> set[int]:
         """Extend the `in_flight` leases `{operation id: owner}` by `seconds`, in one statement.

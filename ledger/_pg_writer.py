@@ -6,8 +6,8 @@ Here each write is one data-modifying CTE, atomic because it is one statement, c
 SQLAlchemy from the same table definitions and run in autocommit on connections of its own
 (`ledger._pg_connections`): one round trip. Times given as `StoreTime` are the server's own
 `now()`, so that leases and settle windows are judged on one clock whatever the clients' clocks
-say; each statement returns the row it wrote. Driver errors are raised as SQLAlchemy's, like every
-other ledger error.
+say; a statement returns those and the row's id, not the row (whose other values the writer sent:
+`ledger._writer`). Driver errors are raised as SQLAlchemy's, like every other ledger error.
 """
 
 from __future__ import annotations
@@ -52,9 +52,12 @@ from writesafe.ledger._writer import (
     close_execution_update,
     compare_and_set_params,
     compare_and_set_update,
+    inserted,
     moment_value,
+    operation_columns,
     operations,
     param_value,
+    returned_names,
     store_time_names,
 )
 
@@ -104,20 +107,22 @@ class PostgresWriter:
         store_times = store_time_names(row)
         shape = ("claim", names, store_times)
         statement = self._compiled(shape, lambda: _claim(names, store_times))
-        claimed = await self._row(statement, {name: param_value(v) for name, v in row.items()})
-        return None if claimed is None else Claim(claimed, created=True)
+        params = {name: param_value(v) for name, v in row.items()}
+        returned = await self._run(statement, params, asyncpg.Connection.fetchrow)
+        if returned is None:
+            return None
+        return Claim(inserted(row, dict(returned.items())), created=True)
 
     async def fetch(self, scope: str, key: str) -> OperationRecord | None:
         statement = self._compiled(("fetch",), lambda: FETCH)
-        return await self._row(statement, {"scope": scope, "key": key})
+        row = await self._run(statement, {"scope": scope, "key": key}, asyncpg.Connection.fetchrow)
+        return None if row is None else OperationRecord.from_row(row)
 
     async def change(self, change: Change) -> OperationRecord | None:
         closes = change.closes
         shape = _ChangeShape(
             names=tuple(change.values),
-            fenced_by_owner=change.owner is not None,
             closes=closes is not None,
-            opens=change.opens,
             store_times=change.store_times,
             closed_at_store_time=closes is not None and isinstance(closes.finished_at, StoreTime),
         )
@@ -125,7 +130,10 @@ class PostgresWriter:
         params = compare_and_set_params(change.current, change.values, change.now, change.owner)
         if closes is not None:
             params |= close_execution_params(change.current, closes)
-        return await self._row(statement, params)
+        returned = await self._run(statement, params, asyncpg.Connection.fetchrow)
+        if returned is None:
+            return None
+        return change.landed({name: returned[name] for name in change.returns})
 
     async def renew(self, leases: Mapping[int, str], until: Moment) -> set[int]:
         store_time = isinstance(until, StoreTime)
@@ -146,10 +154,6 @@ class PostgresWriter:
         if compiled is None:
             compiled = self._statements[shape] = _Compiled.of(build())
         return compiled
-
-    async def _row(self, statement: _Compiled, params: Mapping[str, Any]) -> OperationRecord | None:
-        row = await self._run(statement, params, asyncpg.Connection.fetchrow)
-        return None if row is None else OperationRecord.from_row(row)
 
     async def _run(
         self, statement: _Compiled, params: Mapping[str, Any], fetch: Callable[..., Awaitable[T]]
@@ -177,9 +181,7 @@ class _ChangeShape:
     """What a change's statement is built from; one statement is compiled per shape."""
 
     names: tuple[str, ...]
-    fenced_by_owner: bool
-    closes: bool
-    opens: bool
+    closes: bool  # else it opens the next execution
     store_times: frozenset[str]
     closed_at_store_time: bool
 
@@ -189,51 +191,48 @@ def _claim(names: tuple[str, ...], store_times: frozenset[str]) -> Select[Any]:
         name: moment_value(operations.c[name], name, store_time=name in store_times)
         for name in names
     }
+    returns = returned_names(store_times)
     claimed = (
         pg_insert(operations)
         .values(values)
         .on_conflict_do_nothing(index_elements=["scope", "key"])
-        .returning(operations)
+        .returning(*operation_columns(*returns, *_OPENED_FROM.values()))
         .cte("claimed")
     )
-    return select(claimed).add_cte(_open_execution(claimed))
+    return select(*(claimed.c[name] for name in returns)).add_cte(_open_execution(claimed))
 
 
 def _change(shape: _ChangeShape) -> Select[Any]:
-    changed = (
-        compare_and_set_update(
-            shape.names, fenced=shape.fenced_by_owner, store_times=shape.store_times
-        )
-        .returning(operations)
-        .cte("changed")
-    )
-    parts: list[CTE] = []
-    if shape.closes:
-        parts.append(_close_execution(changed, store_time=shape.closed_at_store_time))
-    if shape.opens:
-        parts.append(_open_execution(changed))
-        return select(changed).add_cte(*parts)
+    returns = returned_names(shape.store_times)
+    cas = compare_and_set_update(shape.names, fenced=shape.closes, store_times=shape.store_times)
+    if not shape.closes:
+        changed = cas.returning(*operation_columns(*returns, *_OPENED_FROM.values())).cte("changed")
+        return select(*(changed.c[name] for name in returns)).add_cte(_open_execution(changed))
+    changed = cas.returning(*operation_columns(*returns)).cte("changed")
+    closed = _close_execution(changed, store_time=shape.closed_at_store_time)
     # Only a change that opens an execution is an intent; an outcome commits without waiting for
     # its WAL flush (`synchronous_commit` off for this transaction alone). A server crash may
     # take it back: the operation is then `in_flight` again, its lease runs out and it is
     # reconciled like any crashed execution, never executed twice (docs/operations.md).
     lazy = func.set_config("synchronous_commit", "off", True).label("lazy_commit")
-    return select(changed, lazy).add_cte(*parts)
+    return select(*(changed.c[name] for name in returns), lazy).add_cte(closed)
+
+
+# An opened execution attempt's columns taken from the operation row its statement wrote.
+_OPENED_FROM = {
+    "operation_id": "id",
+    "execution": "executions",
+    "owner": "lease_owner",
+    "fingerprint": "fingerprint",
+    "outcome": "status",
+    "started_at": "last_sent_at",
+}
 
 
 def _open_execution(row: CTE) -> CTE:
     """The next execution attempt of `row` (none if `row` is empty: the write did not land)."""
-    columns = ["operation_id", "kind", "execution", "owner", "fingerprint", "outcome", "started_at"]
-    source = select(
-        row.c.id,
-        _EXECUTION_KIND,
-        row.c.executions,
-        row.c.lease_owner,
-        row.c.fingerprint,
-        row.c.status,
-        row.c.last_sent_at,
-    )
-    return insert(attempts).from_select(columns, source).cte("opened")
+    source = select(_EXECUTION_KIND, *(row.c[name] for name in _OPENED_FROM.values()))
+    return insert(attempts).from_select(["kind", *_OPENED_FROM], source).cte("opened")
 
 
 def _close_execution(changed: CTE, *, store_time: bool) -> CTE:

@@ -42,7 +42,9 @@ from writesafe.ledger._writer import (
     close_execution_params,
     close_execution_update,
     compare_and_set_params,
-    compare_and_set_statement,
+    compare_and_set_update,
+    inserted,
+    operation_columns,
     operations,
 )
 
@@ -129,7 +131,7 @@ class SqliteWriter:
         self._reader_connections: list[sqlite3.Connection] = []
         self._readers_lock = threading.Lock()
         self._claims: dict[tuple[str, ...], _Compiled] = {}
-        self._changes: dict[tuple[tuple[str, ...], bool], _Compiled] = {}
+        self._changes: dict[tuple[tuple[str, ...], tuple[str, ...], bool], _Compiled] = {}
 
     async def claim(self, row: dict[str, Any]) -> Claim | None:
         existing = self._peek(row["scope"], row["key"])
@@ -145,11 +147,13 @@ class SqliteWriter:
         return await self._run(lambda cursor: _fetch(cursor, scope, key))
 
     async def change(self, change: Change) -> OperationRecord | None:
-        shape = (tuple(change.values), change.owner is not None)
+        shape = (tuple(change.values), change.returns, change.closes is not None)
         statement = self._changes.get(shape)
         if statement is None:
-            cas = compare_and_set_statement(shape[0], fenced=shape[1])
-            statement = self._changes[shape] = _Compiled.of(cas)
+            names, returns, fenced = shape
+            cas = compare_and_set_update(names, fenced=fenced)
+            returning = cas.returning(*operation_columns(*returns))
+            statement = self._changes[shape] = _Compiled.of(returning)
         # Only a change that opens an execution is an intent; an outcome may commit lazily.
         return await self._run(lambda cursor: _change(cursor, statement, change), change.opens)
 
@@ -238,11 +242,11 @@ class SqliteWriter:
 def _claim(cursor: sqlite3.Cursor, statement: _Compiled, row: dict[str, Any]) -> Claim | None:
     """Insert `row` with its first execution attempt; else the row holding the key, read in the
     same transaction (so it cannot be pruned in between, as on PostgreSQL)."""
-    inserted = statement.run(cursor, row).fetchone()
-    if inserted is None:
+    returned = statement.run(cursor, row).fetchone()
+    if returned is None:
         existing = _fetch(cursor, row["scope"], row["key"])
         return None if existing is None else Claim(existing, created=False)
-    created = OperationRecord(id=inserted[0], **row)
+    created = inserted(row, {"id": returned[0]})
     _start_execution(cursor, created)
     return Claim(created, created=True)
 
@@ -253,22 +257,30 @@ def _fetch(cursor: sqlite3.Cursor, scope: str, key: str) -> OperationRecord | No
 
 def _operation(cursor: sqlite3.Cursor) -> OperationRecord | None:
     """The one operation row `cursor` returned, if any, as its record."""
+    row = _returned(cursor)
+    return None if row is None else OperationRecord.from_row(row)
+
+
+def _returned(cursor: sqlite3.Cursor) -> dict[str, Any] | None:
+    """The operation columns of the one row `cursor` returned, if any, read back."""
     found = cursor.fetchone()
     if found is None:
         return None
-    row = {name: value for (name, *_), value in zip(cursor.description, found, strict=True)}
-    for name, processor in _READ_OPERATION.items():
-        row[name] = processor(row[name])
-    return OperationRecord.from_row(row)
+    row: dict[str, Any] = {}
+    for (name, *_), value in zip(cursor.description, found, strict=True):
+        processor = _READ_OPERATION.get(name)
+        row[name] = value if processor is None else processor(value)
+    return row
 
 
 def _change(cursor: sqlite3.Cursor, statement: _Compiled, change: Change) -> OperationRecord | None:
     current = change.current
     params = compare_and_set_params(current, change.values, change.now, change.owner)
-    changed = _operation(statement.run(cursor, params))
+    returned = _returned(statement.run(cursor, params))
+    changed = None if returned is None else change.landed(returned)
     if change.closes is not None:
         _close_execution(cursor, current, change.closes, landed=changed is not None)
-    if change.opens and changed is not None:
+    elif changed is not None:
         _start_execution(cursor, changed)
     return changed
 

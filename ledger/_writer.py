@@ -4,8 +4,10 @@ A guarded call writes an operation row and an attempt row together, twice: the i
 and the outcome (change). `Ledger` decides *what* to write (the state machine, the values);
 a writer decides *how*, atomically and in one call into the driver: `ledger._sqlite_writer` runs
 each write as one transaction in a thread of its own, `ledger._pg_writer` as one statement.
-A time given as a `StoreTime` is written as the database's own `now()` (plus its offset); every
-write returns the row as the database left it.
+A time given as a `StoreTime` is written as the database's own `now()` (plus its offset). A write
+returns only what the database decided itself (the new id, the times it took from its clock):
+the writer has every other value already, so the row it answers with is built from those
+(`inserted`, `Change.landed`) instead of being sent back whole.
 """
 
 from __future__ import annotations
@@ -64,26 +66,75 @@ class ClosedExecution:
     finished_at: Moment
 
 
+def returned_names(store_times: frozenset[str]) -> tuple[str, ...]:
+    """What a hot write's statement returns: the row's id (for a change, a row returned says it
+    landed) and the columns it wrote from the store's clock."""
+    return ("id", *sorted(store_times))
+
+
+def operation_columns(*names: str) -> list[Column[Any]]:
+    """The operations columns named, each once, in table order (for a `RETURNING`)."""
+    return [column for column in operations.columns if column.name in names]
+
+
+def inserted(row: Mapping[str, Any], returned: Mapping[str, Any]) -> OperationRecord:
+    """The operation a claim inserted: `row`, with the columns the store wrote (`returned`)."""
+    return OperationRecord.from_row({**row, **returned})
+
+
 @dataclass(frozen=True, slots=True)
 class Change:
-    """A compare-and-set on one operation and the execution attempts it closes or opens.
+    """A compare-and-set on one operation that either closes its owner's execution attempt or
+    opens the next one.
 
-    The change lands only on the `version` it was read with (and the lease `owner`, if given).
-    `closes` is recorded either way: it is the owner's own evidence. `opens` starts the next
-    execution attempt, only when the change lands.
+    The change lands only on the `version` it was read with. With `closes` it records how the
+    execution ended: it lands only while the execution's owner still holds the lease, and the
+    attempt is closed either way (it is the owner's own evidence). Without, it is the intent of
+    the next execution, whose attempt it opens if it lands.
+
+    Every change sets the lease (`lease_expires_at`): a renewal moves it without a new version,
+    so it is the one column the version match does not prove is still as `current` holds it.
     """
 
     current: OperationRecord
     values: dict[str, Any]
     now: Moment
-    owner: str | None = None
     closes: ClosedExecution | None = None
-    opens: bool = False
+
+    def __post_init__(self) -> None:
+        if "lease_expires_at" not in self.values:
+            raise ValueError("a change sets the lease: a renewal may have moved it")
+
+    @property
+    def opens(self) -> bool:
+        return self.closes is None
+
+    @property
+    def owner(self) -> str | None:
+        """The lease owner the change is fenced by."""
+        return None if self.closes is None else self.closes.owner
 
     @property
     def store_times(self) -> frozenset[str]:
         """The columns this change sets from the store's clock (`updated_at` with `now`)."""
         return store_time_names({**self.values, "updated_at": self.now})
+
+    @property
+    def returns(self) -> tuple[str, ...]:
+        """What the change's statement returns (`returned_names`)."""
+        return returned_names(self.store_times)
+
+    def landed(self, returned: Mapping[str, Any]) -> OperationRecord:
+        """The operation as this change left it, from `current`, the change's values and what
+        its statement `returned`. The version match proves the columns the change does not set
+        are still as `current` holds them."""
+        return self.current.with_values(
+            **(
+                {"version": self.current.version + 1, "updated_at": self.now}
+                | self.values
+                | dict(returned)
+            )
+        )
 
 
 class Writer(Protocol):
