@@ -133,7 +133,7 @@ class PostgresWriter:
         returned = await self._run(statement, params, asyncpg.Connection.fetchrow)
         if returned is None:
             return None
-        return change.landed({name: returned[name] for name in change.returns})
+        return change.landed({name: returned[name] for name in shape.returns})
 
     async def renew(self, leases: Mapping[int, str], until: Moment) -> set[int]:
         store_time = isinstance(until, StoreTime)
@@ -185,6 +185,10 @@ class _ChangeShape:
     store_times: frozenset[str]
     closed_at_store_time: bool
 
+    @property
+    def returns(self) -> tuple[str, ...]:
+        return returned_names(self.store_times)
+
 
 def _claim(names: tuple[str, ...], store_times: frozenset[str]) -> Select[Any]:
     values = {
@@ -203,7 +207,7 @@ def _claim(names: tuple[str, ...], store_times: frozenset[str]) -> Select[Any]:
 
 
 def _change(shape: _ChangeShape) -> Select[Any]:
-    returns = returned_names(shape.store_times)
+    returns = shape.returns
     cas = compare_and_set_update(shape.names, fenced=shape.closes, store_times=shape.store_times)
     if not shape.closes:
         changed = cas.returning(*operation_columns(*returns, *_OPENED_FROM.values())).cte("changed")

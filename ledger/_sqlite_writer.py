@@ -44,7 +44,6 @@ from writesafe.ledger._writer import (
     compare_and_set_params,
     compare_and_set_update,
     inserted,
-    operation_columns,
     operations,
 )
 
@@ -131,7 +130,7 @@ class SqliteWriter:
         self._reader_connections: list[sqlite3.Connection] = []
         self._readers_lock = threading.Lock()
         self._claims: dict[tuple[str, ...], _Compiled] = {}
-        self._changes: dict[tuple[tuple[str, ...], tuple[str, ...], bool], _Compiled] = {}
+        self._changes: dict[tuple[tuple[str, ...], bool], _Compiled] = {}
 
     async def claim(self, row: dict[str, Any]) -> Claim | None:
         existing = self._peek(row["scope"], row["key"])
@@ -147,13 +146,13 @@ class SqliteWriter:
         return await self._run(lambda cursor: _fetch(cursor, scope, key))
 
     async def change(self, change: Change) -> OperationRecord | None:
-        shape = (tuple(change.values), change.returns, change.closes is not None)
+        shape = (tuple(change.values), change.closes is not None)
         statement = self._changes.get(shape)
         if statement is None:
-            names, returns, fenced = shape
-            cas = compare_and_set_update(names, fenced=fenced)
-            returning = cas.returning(*operation_columns(*returns))
-            statement = self._changes[shape] = _Compiled.of(returning)
+            # SQLite writes no time of its own: the changed row is all the writer's values, and
+            # a row returned says only that the change landed.
+            cas = compare_and_set_update(shape[0], fenced=shape[1]).returning(operations.c.id)
+            statement = self._changes[shape] = _Compiled.of(cas)
         # Only a change that opens an execution is an intent; an outcome may commit lazily.
         return await self._run(lambda cursor: _change(cursor, statement, change), change.opens)
 
@@ -257,27 +256,19 @@ def _fetch(cursor: sqlite3.Cursor, scope: str, key: str) -> OperationRecord | No
 
 def _operation(cursor: sqlite3.Cursor) -> OperationRecord | None:
     """The one operation row `cursor` returned, if any, as its record."""
-    row = _returned(cursor)
-    return None if row is None else OperationRecord.from_row(row)
-
-
-def _returned(cursor: sqlite3.Cursor) -> dict[str, Any] | None:
-    """The operation columns of the one row `cursor` returned, if any, read back."""
     found = cursor.fetchone()
     if found is None:
         return None
-    row: dict[str, Any] = {}
-    for (name, *_), value in zip(cursor.description, found, strict=True):
-        processor = _READ_OPERATION.get(name)
-        row[name] = value if processor is None else processor(value)
-    return row
+    row = {name: value for (name, *_), value in zip(cursor.description, found, strict=True)}
+    for name, processor in _READ_OPERATION.items():
+        row[name] = processor(row[name])
+    return OperationRecord.from_row(row)
 
 
 def _change(cursor: sqlite3.Cursor, statement: _Compiled, change: Change) -> OperationRecord | None:
     current = change.current
     params = compare_and_set_params(current, change.values, change.now, change.owner)
-    returned = _returned(statement.run(cursor, params))
-    changed = None if returned is None else change.landed(returned)
+    changed = change.landed({}) if statement.run(cursor, params).fetchone() else None
     if change.closes is not None:
         _close_execution(cursor, current, change.closes, landed=changed is not None)
     elif changed is not None:

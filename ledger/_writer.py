@@ -119,12 +119,7 @@ class Change:
         """The columns this change sets from the store's clock (`updated_at` with `now`)."""
         return store_time_names({**self.values, "updated_at": self.now})
 
-    @property
-    def returns(self) -> tuple[str, ...]:
-        """What the change's statement returns (`returned_names`)."""
-        return returned_names(self.store_times)
-
-    def landed(self, returned: Mapping[str, Any]) -> OperationRecord:
+    def landed(self, returned: dict[str, Any]) -> OperationRecord:
         """The operation as this change left it, from `current`, the change's values and what
         its statement `returned`. The version match proves the columns the change does not set
         are still as `current` holds them."""
@@ -132,7 +127,7 @@ class Change:
             **(
                 {"version": self.current.version + 1, "updated_at": self.now}
                 | self.values
-                | dict(returned)
+                | returned
             )
         )
 
