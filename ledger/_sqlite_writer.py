@@ -14,12 +14,10 @@ Reads and reconciliation keep the async engine.
 
 from __future__ import annotations
 
-import asyncio
 import json
 import sqlite3
 import threading
 from collections.abc import Callable, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -28,6 +26,7 @@ from sqlalchemy.dialects import sqlite
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.sql.compiler import SQLCompiler
 
+from writesafe.ledger._call_thread import CallThread
 from writesafe.ledger._engine import connect_sqlite
 from writesafe.ledger._records import AttemptKind, OperationRecord
 from writesafe.ledger._states import Status
@@ -124,7 +123,7 @@ class SqliteWriter:
 
     def __init__(self, path: str) -> None:
         self._path = path
-        self._thread: ThreadPoolExecutor | None = None  # started by the first write, ended by close
+        self._thread = CallThread("writesafe-sqlite")  # started by a write, ended by close
         self._connection: sqlite3.Connection | None = None  # the writer thread's
         self._readers = threading.local()  # each calling thread's own read connection
         self._reader_connections: list[sqlite3.Connection] = []
@@ -171,11 +170,7 @@ class SqliteWriter:
             self._readers = threading.local()
         for reader in readers:
             reader.close()
-        thread, self._thread = self._thread, None
-        if thread is not None:
-            # A connection is closed by the thread that opened it.
-            await asyncio.get_running_loop().run_in_executor(thread, self._disconnect)
-            thread.shutdown(wait=False)
+        await self._thread.stop(self._disconnect)  # closed by the thread that opened it
 
     def forget_loop(self) -> None:
         """Nothing to drop: the writer's thread serves whichever event loop awaits it."""
@@ -200,10 +195,7 @@ class SqliteWriter:
 
     async def _run(self, write: Callable[[sqlite3.Cursor], T], durable: bool = True) -> T:
         """Run `write` as one transaction in the writer's thread; see `_transaction`."""
-        if self._thread is None:
-            self._thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="writesafe-sqlite")
-        loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self._thread, self._transaction, write, durable)
+        return await self._thread.run(lambda: self._transaction(write, durable))
 
     def _transaction(self, write: Callable[[sqlite3.Cursor], T], durable: bool) -> T:
         """One transaction; a durable one is on disk when it returns (`synchronous=FULL`).
