@@ -45,6 +45,12 @@ CALL_SECONDS = Histogram(
 
 
 @cache
+def executed(tool: str, status: str) -> Counter:
+    """The `EXECUTIONS` child of one (tool, status), looked up once (see `answered`)."""
+    return EXECUTIONS.labels(tool, status)
+
+
+@cache
 def answered(tool: str, answer: str) -> tuple[Counter, Histogram]:
     """The `CALLS` and `CALL_SECONDS` children of one (tool, answer), looked up once: `labels()`
     takes a lock and validates its arguments, on every guarded call otherwise."""

@@ -18,7 +18,7 @@ from tenacity import (
 )
 
 from writesafe.idempotency._attempts import attempt
-from writesafe.idempotency._metrics import EXECUTIONS, LEASES_LOST
+from writesafe.idempotency._metrics import LEASES_LOST, executed
 from writesafe.ledger import Ledger, OperationRecord, Outcome
 from writesafe.reconciler import committed_earlier
 
@@ -38,7 +38,7 @@ async def record_outcome(
 ) -> OperationRecord | None:
     """Write the outcome, retrying the ledger for up to `retry_seconds`; None if it could not be
     recorded (the ledger is gone, or the lease was taken over)."""
-    EXECUTIONS.labels(tool, outcome.status.value).inc()
+    executed(tool, outcome.status.value).inc()
     tries = 0
 
     async def record() -> OperationRecord | None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from typing import Protocol, runtime_checkable
 
 from writesafe.reconciler._admission import admit
@@ -51,10 +52,15 @@ def failure_of(adapter: Adapter, error: BaseException, codes: CodeRegistry) -> C
 def answer_failure(adapter: Adapter, answer: object, codes: CodeRegistry) -> Classification | None:
     """The failure a tool's successful answer states, if its adapter judges answers and says
     so (through the door, like `failure_of`); None for a success."""
-    if not isinstance(adapter, AnswerAdapter):
+    # What `isinstance(adapter, AnswerAdapter)` checks, without walking the protocol's class on
+    # every successful call (about 10 µs of a first execution's CPU).
+    classify_answer: Callable[[object, CodeRegistry], Classification | None] | None = getattr(
+        adapter, "classify_answer", None
+    )
+    if classify_answer is None:
         return None
     try:
-        stated = adapter.classify_answer(answer, codes)
+        stated = classify_answer(answer, codes)
     except Exception as broken:  # an adapter must never turn an answer into a crash
         return _adapter_failed(adapter, broken, codes)
     return None if stated is None else admit(stated, codes, source=adapter_tag(adapter))
