@@ -17,10 +17,33 @@ import httpx
 import pytest
 
 from tests.conftest import MakeWriteSafe
-from writesafe import Status, SyncFencedTransport, WriteSafeError
+from writesafe import (
+    Found,
+    LookupOperation,
+    NotFound,
+    Status,
+    SyncFencedTransport,
+    WriteSafe,
+    WriteSafeError,
+)
 
 LEASE = 1.0
+SETTLE = 0.5
 KEY = "ord-waits"
+ORDER = {"sku": "A1"}
+
+
+async def call_as_a_client_would(tool: Any, key: str) -> tuple[list[str], dict[str, Any]]:
+    """Call until there is a result, honouring `retry_after_ms`; the codes met on the way."""
+    codes: list[str] = []
+    for _ in range(100):
+        try:
+            result: dict[str, Any] = await tool(ORDER, idempotency_key=key)
+            return codes, result
+        except WriteSafeError as error:
+            codes.append(error.envelope.code)
+            await asyncio.sleep((error.envelope.retry_after_ms or 100) / 1000)
+    raise AssertionError(f"no result after {codes}")
 
 
 class _Orders(BaseHTTPRequestHandler):
@@ -90,7 +113,7 @@ async def test_a_sync_request_whose_lease_was_taken_while_it_waited_is_not_sent(
             result: dict[str, Any] = response.json()
             return result
 
-        sending = asyncio.to_thread(submit_order, {"sku": "A1"}, idempotency_key=KEY)
+        sending = asyncio.to_thread(submit_order, ORDER, idempotency_key=KEY)
         call = asyncio.create_task(sending)
         assert await asyncio.to_thread(waiting.wait, 30)
         # While the request waits, the operation is taken from its writer.
@@ -110,3 +133,71 @@ async def test_a_sync_request_whose_lease_was_taken_while_it_waited_is_not_sent(
     status = await other.status(KEY)
     assert status is not None
     assert [(a.execution, a.outcome) for a in status.attempts] == [(1, "fenced")]
+
+
+async def test_a_send_reported_after_absence_was_proven_is_looked_up_before_any_rerun(
+    make_ws: MakeWriteSafe, store_options: dict[str, Any]
+) -> None:
+    """The one pause no fence sees: a writer stops after its last check, before its write.
+
+    Meanwhile another worker takes its lease and, a settle window later, finds nothing and
+    judges the operation absent (`failed`). Then the writer wakes, sends and reports. Its report
+    voids the absence: the next call looks up again and finds the order, instead of running it
+    a second time.
+    """
+    orders: list[int] = []
+    checked, judged = threading.Event(), threading.Event()
+
+    async def find_order(op: LookupOperation) -> Found | NotFound:
+        return Found({"order_id": orders[0]}) if orders else NotFound()
+
+    def register(worker: WriteSafe) -> Any:
+        @worker.tool("submit_order", timeout=None, lookup=find_order, settle_after=SETTLE)
+        async def submit_order(order: dict[str, Any]) -> dict[str, Any]:
+            execution = worker.current_operation().execution
+            worker.current_operation().fence()  # the last check passes...
+            if execution == 1:
+                checked.set()
+                assert judged.wait(30)
+            orders.append(execution)
+            return {"order_id": execution}
+
+        return submit_order
+
+    async def other_worker() -> None:
+        """Another process, whose reconciler takes the stalled writer's lease once it has run
+        out and, a settle window later, judges the operation absent."""
+        other = WriteSafe(**store_options, lease_seconds=LEASE)
+        register(other)
+        try:
+            assert await asyncio.to_thread(checked.wait, 30)
+            for _ in range(50):
+                await asyncio.sleep(SETTLE / 2)
+                await other.reconcile()  # it expires the unrenewed lease, then looks up
+                status = await other.status(KEY)
+                assert status is not None
+                if status.status is Status.FAILED:
+                    return
+            raise AssertionError("the reconciler never judged the operation absent")
+        finally:
+            judged.set()
+            await other.close()
+
+    ws = make_ws(lease_seconds=LEASE)
+    submit_order = register(ws)
+    # The other worker runs in a thread of its own: this loop is blocked while the writer stalls.
+    taker = threading.Thread(target=asyncio.run, args=(other_worker(),))
+    taker.start()
+    with pytest.raises(WriteSafeError) as first:
+        await submit_order(ORDER, idempotency_key=KEY)
+    taker.join()
+    assert first.value.envelope.code == "OUTCOME_UNKNOWN"  # its lease had been taken
+    assert orders == [1], "the stalled writer sent after the absence was judged"
+
+    _, result = await call_as_a_client_would(submit_order, KEY)
+    assert orders == [1], "the next call ran the write again"
+    assert result == {"order_id": 1}
+    status = await ws.status(KEY)
+    assert status is not None
+    assert (status.status, status.executions) == (Status.SUCCEEDED, 1)
+    assert (status.attempts[-1].kind, status.attempts[-1].outcome) == ("lookup", "found")
