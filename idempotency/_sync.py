@@ -109,9 +109,14 @@ class _Caller:
         self._inbox.put(_Write(function, args, kwargs, active_operation(), loop, done))
         return await done
 
-    def wait(self, loop: asyncio.AbstractEventLoop, coroutine: Coroutine[Any, Any, T]) -> T:
-        """Run `coroutine` as a task on `loop`, blocking until it ends and running handed-back
-        writes.
+    def wait(
+        self,
+        loop: asyncio.AbstractEventLoop,
+        coroutine: Coroutine[Any, Any, T],
+        calls: set[asyncio.Task[Any]],
+    ) -> T:
+        """Run `coroutine` as a task on `loop`, kept in `calls` while it runs, blocking until it
+        ends and running handed-back writes.
 
         One hop to the loop and one back (plus two for a write): a plain task and a queue, since
         `run_coroutine_threadsafe`'s chained futures cost as much again as the hops themselves.
@@ -122,6 +127,8 @@ class _Caller:
 
         def start() -> None:
             task = loop.create_task(coroutine, context=context)
+            calls.add(task)
+            task.add_done_callback(calls.discard)
             task.add_done_callback(lambda _: self._inbox.put(None))
             started.append(task)
 
@@ -178,6 +185,7 @@ class LoopThread:
         self.twin = twin
         self.pid = os.getpid()
         self._loop = asyncio.new_event_loop()
+        self._calls: set[asyncio.Task[Any]] = set()  # the calls running; touched on the loop
         self._thread = threading.Thread(
             target=self._loop.run_forever, name="writesafe-sync", daemon=True
         )
@@ -188,7 +196,7 @@ class LoopThread:
         """Run `make()` on the loop and block for its answer, running handed-back writes."""
         if threading.current_thread() is self._thread:
             raise RuntimeError("a sync writesafe call cannot be made from its own loop thread")
-        return _Caller().wait(self._loop, make())
+        return _Caller().wait(self._loop, make(), self._calls)
 
     def close(self) -> None:
         """Close the twin's stores and end the thread (a forked child leaves its parent's alone)."""
@@ -196,7 +204,8 @@ class LoopThread:
         if os.getpid() != self.pid or self._loop.is_closed():
             return
         try:
-            closing = asyncio.run_coroutine_threadsafe(_end_calls_and_close(self.twin), self._loop)
+            ending = _end_calls_and_close(self.twin, self._calls)
+            closing = asyncio.run_coroutine_threadsafe(ending, self._loop)
             with contextlib.suppress(TimeoutError):
                 closing.result(CLOSE_SECONDS)
         finally:
@@ -212,10 +221,14 @@ class LoopThread:
             self.close()
 
 
-async def _end_calls_and_close(twin: WriteSafe) -> None:
-    """Cancel the calls still running (their callers get `CancelledError` instead of waiting
-    forever on a loop that stops; each records what it knows first), then close the stores."""
-    calls = [task for task in asyncio.all_tasks() if task is not asyncio.current_task()]
+async def _end_calls_and_close(twin: WriteSafe, running: set[asyncio.Task[Any]]) -> None:
+    """Cancel the calls still `running` (their callers get `CancelledError` instead of waiting
+    forever on a loop that stops; each records what it knows first), then close the stores.
+
+    Only the calls: the cache fills written behind answers already given are the guard's to
+    finish as it closes, so that a process that answers and exits at once leaves the outcome in
+    Redis, not its lease (a fill's first command may still be opening its connection)."""
+    calls = list(running)
     for task in calls:
         task.cancel()
     await asyncio.gather(*calls, return_exceptions=True)
