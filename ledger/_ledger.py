@@ -182,6 +182,11 @@ class Ledger:
     async def get(self, scope: str, key: str) -> OperationRecord | None:
         return await self.writer.fetch(scope, key)
 
+    def peek(self, scope: str, key: str) -> OperationRecord | None:
+        """`get` without I/O, on any thread, where the writer reads locally (SQLite); None when
+        there is no row or it cannot be read so (PostgreSQL)."""
+        return self.writer.peek(scope, key)
+
     async def attempts(self, operation_id: int) -> list[AttemptRecord]:
         query = (
             select(attempts).where(attempts.c.operation_id == operation_id).order_by(attempts.c.id)

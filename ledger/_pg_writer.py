@@ -111,6 +111,9 @@ class PostgresWriter:
         statement = self._compiled(("fetch",), lambda: FETCH)
         return await self._row(statement, {"scope": scope, "key": key})
 
+    def peek(self, scope: str, key: str) -> OperationRecord | None:
+        return None  # every read is a round trip: the claim reads the row it conflicts with
+
     async def change(self, change: Change) -> OperationRecord | None:
         closes = change.closes
         shape = _ChangeShape(
