@@ -63,6 +63,12 @@ def active_operation() -> OperationContext | None:
     return _current.get()
 
 
+def fence_of(operation: OperationContext) -> Fence:
+    """The execution's fence itself, for the fenced transports: they check it early and admit
+    the request as its write starts."""
+    return operation._fence
+
+
 def set_current(context: OperationContext | None) -> object:
     return _current.set(context)
 

@@ -46,7 +46,7 @@ class Fence:
         self.token = token
         self._lease = lease_seconds
         self._deadline = leased_at + lease_seconds * (1 - MARGIN_FRACTION)
-        self._admitted = False
+        self._sends = 0  # sends admitted and not withdrawn: each may have gone out
         self._scope: asyncio.Timeout | None = None  # while the tool runs inside the fence
         self._ended_task = False
 
@@ -56,8 +56,9 @@ class Fence:
 
     @property
     def admitted(self) -> bool:
-        """True once a send has been admitted: the execution may have had an effect."""
-        return self._admitted
+        """True once a send has been admitted (and not withdrawn): the execution may have had an
+        effect."""
+        return self._sends > 0
 
     def is_open(self) -> bool:
         return time.monotonic() < self._deadline
@@ -65,14 +66,21 @@ class Fence:
     def admit(self) -> None:
         """Admit one send now, or raise `LeaseLost`; call it immediately before each send."""
         if not self.is_open():
-            raise LeaseLost(self.key, sent_before=self._admitted)
-        self._admitted = True
+            raise LeaseLost(self.key, sent_before=self.admitted)
+        self._sends += 1
+
+    def recheck(self) -> None:
+        """Check an admitted send again as its first byte is about to be written: past the
+        deadline it is withdrawn (nothing of it went out) and refused with `LeaseLost`."""
+        if not self.is_open():
+            self._sends -= 1
+            raise LeaseLost(self.key, sent_before=self.admitted)
 
     def check(self) -> None:
         """Raise `LeaseLost` unless the fence is open, without admitting a send (the guard's own
         check before it invokes the tool)."""
         if not self.is_open():
-            raise LeaseLost(self.key, sent_before=self._admitted)
+            raise LeaseLost(self.key, sent_before=self.admitted)
 
     def confirm(self, leased_at: float) -> None:
         """A lease write sent at `leased_at` (monotonic) was confirmed: the fence moves to its

@@ -3,7 +3,9 @@
 A call goes: Redis (cached result, or the lease) → the ledger claim (authoritative) → execute →
 record the outcome (fenced) → answer, and cache the outcome behind the answer. Redis only ever
 saves round trips; every decision to execute is taken by the ledger, so losing Redis data can
-never cause a second execution.
+never cause a second execution. A caller on a thread without the guard's event loop (the sync
+face) makes the call's first look itself, blocking (`Guard.look_now`): a finished key is answered
+there, anything else goes on to `Guard.run` with what the look found.
 """
 
 from __future__ import annotations
@@ -33,17 +35,18 @@ from writesafe.idempotency._keystore import (
     CachedOutcome,
     LeaseState,
     RedisKeyStore,
+    StoreClaim,
     lease_token,
     same_payload,
 )
 from writesafe.idempotency._leases import HeldLease, LeaseKeeper
-from writesafe.idempotency._logging import logged_call
+from writesafe.idempotency._logging import logged_call, operation_logged
 from writesafe.idempotency._metrics import RETRIES, RETRIES_THROTTLED, answered
 from writesafe.idempotency._reads import run_read
 from writesafe.idempotency._recording import LEDGER_ERRORS, record_outcome
 from writesafe.idempotency._results import ResultNotStored
 from writesafe.idempotency._spec import GuardedCall
-from writesafe.idempotency._tracing import traced_call
+from writesafe.idempotency._tracing import traced_call, tracing_on
 from writesafe.ledger import Claim, Intent, LeaseHeld, Ledger, OperationRecord, Outcome, Status
 from writesafe.reconciler import (
     FIRST_POLL_SECONDS,
@@ -94,6 +97,17 @@ class _Answer:
     value: Any
     kind: str  # "executed", "replayed" or "reconciled", for metrics
     succeeded: OperationRecord | None  # the ledger row the key store may cache
+
+
+@dataclass(frozen=True, slots=True)
+class Look:
+    """A call's first look at its key, made by `Guard.look_now` before the guard's event loop
+    takes the call: the answer when the look settles the call, else Redis's answer to the claim
+    made for `owner`, which the call's first attempt goes on from."""
+
+    owner: str
+    store: StoreClaim | None = None  # None: no Redis (the look read the embedded ledger)
+    answer: _Answer | None = None  # a replay
 
 
 class _Retryable(RetrySignal):
@@ -156,9 +170,10 @@ class Guard:
 
     @logged_call
     @traced_call
-    async def run(self, call: GuardedCall) -> tuple[Any, bool]:
+    async def run(self, call: GuardedCall, look: Look | None = None) -> tuple[Any, bool]:
         """The call's result, and whether it was replayed rather than executed by this call
-        (integrations tell their callers, e.g. HTTP `Idempotent-Replayed: true`)."""
+        (integrations tell their callers, e.g. HTTP `Idempotent-Replayed: true`); `look`: the
+        call's first look, if `look_now` made it."""
         started = time.perf_counter()
         answer = "error"
         try:
@@ -166,18 +181,56 @@ class Guard:
                 value = await run_read(call, self.codes, self.ledger.clock)
                 answer = "executed"
                 return value, False
-            result = await self._call(call)
+            result = await self._call(call, look)
             answer = result.kind
             return result.value, result.kind != "executed"
         except WriteSafeError as error:
             answer = error.code
             raise
         finally:
-            calls, seconds = answered(call.tool.name, answer)
-            calls.inc()
-            seconds.observe(time.perf_counter() - started)
+            _count(call, answer, started)
 
-    async def _call(self, call: GuardedCall) -> _Answer:
+    def look_now(self, call: GuardedCall) -> Look | None:
+        """The call's first look at its key, blocking, on a thread that does not run the guard's
+        event loop (the sync face's calling thread): where the guard's first attempt would look
+        first, without the two thread hand-offs of asking the loop. With Redis: the claim the
+        attempt would send (the lease, or the cached outcome); without: the embedded ledger's
+        local read (PostgreSQL has none). A finished key is answered here (a replay; KEY_REUSED
+        raised), counted as `run` counts its answers; else the look is for `run` to go on from.
+        None: nothing looked (a read, or a traced call: its span is made by `run`)."""
+        if call.tool.read_only or tracing_on():
+            return None
+        started = time.perf_counter()
+        answer: str | None = "error"  # None: not answered here, `run` counts the call
+        try:
+            with operation_logged(call.key, call.scope, call.tool.name):
+                look = self._look(call)
+            answer = None if look is None or look.answer is None else look.answer.kind
+            return look
+        except WriteSafeError as error:
+            answer = error.code
+            raise
+        finally:
+            if answer is not None:
+                _count(call, answer, started)
+
+    def _look(self, call: GuardedCall) -> Look | None:
+        owner = secrets.token_hex(16)
+        if self.keystore is not None:
+            token = lease_token(owner, call.fingerprint)
+            lease_seconds = self.settings.lease_seconds
+            store = self.keystore.claim_now(call.scope, call.key, token, lease_seconds)
+            if store.outcome is not None:
+                return Look(owner, store, self._replay_cached(call, store.outcome))
+            return Look(owner, store)
+        row = self.ledger.peek(call.scope, call.key)
+        if row is None:
+            return None
+        action = decide_row(row, created=False, owner=owner, fingerprint=call.fingerprint)
+        answer = self._settled(call, row, action)
+        return None if answer is None else Look(owner, answer=answer)
+
+    async def _call(self, call: GuardedCall, look: Look | None) -> _Answer:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + call.tool.wait_timeout
         slot = (call.scope, call.key)
@@ -185,30 +238,41 @@ class Guard:
         if local is not None:
             fingerprint, leader = local
             if fingerprint == call.fingerprint:
+                # What the look found is stale once the leader has finished: look again.
+                await self._let_go(call, look)
+                look = None
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(asyncio.shield(leader), deadline - loop.time())
                 if not leader.done():
                     raise await self._in_progress(call, None)
             # A different payload does not wait: the stores answer it (KEY_REUSED, or a
             # continuation once the first call has failed).
-            return await self._lead(call, deadline)
+            return await self._lead(call, deadline, look)
         done: asyncio.Future[None] = loop.create_future()
         self._local[slot] = (call.fingerprint, done)
         try:
-            return await self._lead(call, deadline)
+            return await self._lead(call, deadline, look)
         finally:
             if self._local.get(slot, (None, None))[1] is done:
                 del self._local[slot]
             done.set_result(None)
 
-    async def _lead(self, call: GuardedCall, deadline: float) -> _Answer:
+    async def _let_go(self, call: GuardedCall, look: Look | None) -> None:
+        """Release the Redis lease `look` took, for a call that will not go on from it."""
+        if look is None or look.store is None or look.store.state is not LeaseState.ACQUIRED:
+            return
+        assert self.keystore is not None
+        token = lease_token(look.owner, call.fingerprint)
+        await self.keystore.release(call.scope, call.key, token)
+
+    async def _lead(self, call: GuardedCall, deadline: float, look: Look | None) -> _Answer:
         loop = asyncio.get_running_loop()
         pause = FIRST_POLL_SECONDS
         await self._fills.settled((call.scope, call.key))
         first_look = True
         while True:
-            step = await self._attempt(call, first_look=first_look)
-            first_look = False
+            step = await self._attempt(call, first_look=first_look, look=look)
+            first_look, look = False, None
             if isinstance(step, _Answer):
                 return step
             poll = next_poll(step.retry_after_ms, pause, deadline - loop.time())
@@ -218,17 +282,22 @@ class Guard:
                 await asyncio.sleep(poll.sleep)
             pause = poll.pause
 
-    async def _attempt(self, call: GuardedCall, *, first_look: bool) -> _Answer | _Busy:
+    async def _attempt(
+        self, call: GuardedCall, *, first_look: bool, look: Look | None = None
+    ) -> _Answer | _Busy:
         """One try at the call; `first_look`: the call's first, which checks a busy lease against
-        the ledger once."""
-        owner = secrets.token_hex(16)
+        the ledger once; `look`: its Redis claim, made already by `look_now`."""
+        owner = secrets.token_hex(16) if look is None else look.owner
         token = lease_token(owner, call.fingerprint)
         holds_store_lease = False
         answer: _Answer | _Busy | None = None
         if self.keystore is not None:
-            store = await self.keystore.claim(
-                call.scope, call.key, token, self.settings.lease_seconds
-            )
+            if look is not None and look.store is not None:
+                store = look.store
+            else:
+                store = await self.keystore.claim(
+                    call.scope, call.key, token, self.settings.lease_seconds
+                )
             if store.outcome is not None:
                 return self._replay_cached(call, store.outcome)
             if store.state is LeaseState.BUSY and same_payload(store.holder, call.fingerprint):
@@ -311,12 +380,11 @@ class Guard:
         )
         if action is RowAction.EXECUTE:
             return await self._execute(call, operation, owner, leased_at)
-        if action is RowAction.REPLAY:
-            return self._replayed(call, operation)
+        settled = self._settled(call, operation, action)
+        if settled is not None:
+            return settled
         if action is RowAction.CONTINUE:
             return await self._continue_failed(call, operation, owner)
-        if action is RowAction.KEY_REUSED:
-            raise self._key_reused(call, operation.tool, operation_info(operation))
         if action is RowAction.JUDGE_LEASE:
             # The ledger judges the lease on its own clock: this process's may be off.
             expired = await self.ledger.expire(operation)
@@ -333,6 +401,17 @@ class Guard:
         if isinstance(decision, Resumed):
             return await self._execute(call, decision.operation, owner, decision.leased_at)
         return _Answer(decision.value, "reconciled", decision.operation)
+
+    def _settled(
+        self, call: GuardedCall, operation: OperationRecord, action: RowAction
+    ) -> _Answer | None:
+        """The answer `action` gives from the row alone, without I/O: a finished operation's
+        replay, or KEY_REUSED (raised); None for the actions that go on to the stores."""
+        if action is RowAction.REPLAY:
+            return self._replayed(call, operation)
+        if action is RowAction.KEY_REUSED:
+            raise self._key_reused(call, operation.tool, operation_info(operation))
+        return None
 
     async def _continue_failed(
         self, call: GuardedCall, operation: OperationRecord, owner: str
@@ -566,6 +645,13 @@ class Guard:
         if operation.result is None:
             raise self._stored_failure(operation)
         return _Answer(call.tool.codec.decode(operation.result), "replayed", operation)
+
+
+def _count(call: GuardedCall, answer: str, started: float) -> None:
+    """Count a call answered `answer`, and its time since `started` (`time.perf_counter`)."""
+    calls, seconds = answered(call.tool.name, answer)
+    calls.inc()
+    seconds.observe(time.perf_counter() - started)
 
 
 def _retry_claim() -> AsyncRetrying:

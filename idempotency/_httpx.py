@@ -1,28 +1,36 @@
 """The httpx integration: every request a guarded write sends passes its fence first.
 
 A transport, not an event hook, because a transport runs once per request actually sent
-(redirects and auth retries included) and last, immediately before the connection is used. Inside a
-guarded write it admits the request through the execution's fence (`LeaseLost` if the lease may
-have run out) and forwards the operation's key and fencing token, so a downstream that
-deduplicates on the key, or refuses tokens lower than the highest it has seen for a key, is safe
-even from a writer that stalled past its fence; with tracing on, the execution span's trace context
-goes along (`traceparent`). Outside a guarded write it only passes requests on.
+(redirects and auth retries included). Inside a guarded write it refuses a request whose fence has
+closed, admits it, and checks the fence again at the last moment: httpcore's `trace` extension
+at `send_request_headers`, right before the first byte is written with no await in between, so a
+request that waited for a connection past the fence (a stall, a blocked loop) is refused, not
+sent. It forwards the operation's key and fencing token, so a downstream that deduplicates on the
+key, or refuses tokens lower than the highest it has seen for a key, is safe even from a writer
+that stalls after the admission; with tracing on, the execution span's trace context goes along
+(`traceparent`). Outside a guarded write it only passes requests on.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import httpx
 
-from writesafe.idempotency._context import OperationContext, active_operation
+from writesafe.idempotency._context import OperationContext, active_operation, fence_of
+from writesafe.idempotency._fence import Fence
 from writesafe.idempotency._tracing import inject_trace_context
 
 KEY_HEADER = "Idempotency-Key"
 TOKEN_HEADER = "Fencing-Token"
 
 KeyValue = Callable[[OperationContext], str]
+AsyncTrace = Callable[[str, dict[str, Any]], Awaitable[None]]
+SyncTrace = Callable[[str, dict[str, Any]], None]
+
+# httpcore's trace event just before a request's first byte is written (`http11.`, `http2.`).
+_WRITE_STARTS = ".send_request_headers.started"
 
 
 def _operation_key(operation: OperationContext) -> str:
@@ -37,15 +45,54 @@ class _Fencing:
         self._key_header = key_header
         self._token_header = token_header
 
-    def admit(self, request: httpx.Request) -> None:
+    def prepare(self, request: httpx.Request) -> Fence | None:
+        """Admit `request` through its write's fence and mark it; the fence to check again as it
+        is written (None outside a guarded write)."""
         operation = active_operation()
         if operation is None:
-            return
-        operation.fence()
+            return None
+        fence = fence_of(operation)
+        fence.admit()  # refused before it waits for a connection
         if self._key_header not in request.headers:  # a key the caller set itself stays
             request.headers[self._key_header] = self._key_value(operation)
         request.headers[self._token_header] = str(operation.fencing_token)
         inject_trace_context(request.headers)  # the execution's span, when tracing is on
+        return fence
+
+
+def _rechecking(fence: Fence, trace: AsyncTrace | None) -> AsyncTrace:
+    """A `trace` callback that checks `fence` again as the request's write starts, then calls
+    the request's own callback, if it had one (which must not wait: it runs between the check and
+    the write). A transport that is not httpcore's never calls it: its requests are fenced once,
+    when they are admitted."""
+
+    checked = False  # one admission is checked (and withdrawn) at most once
+
+    async def recheck_then_trace(event: str, info: dict[str, Any]) -> None:
+        nonlocal checked
+        if not checked and event.endswith(_WRITE_STARTS):
+            checked = True
+            fence.recheck()
+        if trace is not None:
+            await trace(event, info)
+
+    return recheck_then_trace
+
+
+def _rechecking_sync(fence: Fence, trace: SyncTrace | None) -> SyncTrace:
+    """`_rechecking` for the sync transport."""
+
+    checked = False  # one admission is checked (and withdrawn) at most once
+
+    def recheck_then_trace(event: str, info: dict[str, Any]) -> None:
+        nonlocal checked
+        if not checked and event.endswith(_WRITE_STARTS):
+            checked = True
+            fence.recheck()
+        if trace is not None:
+            trace(event, info)
+
+    return recheck_then_trace
 
 
 class FencedTransport(httpx.AsyncBaseTransport):
@@ -67,7 +114,9 @@ class FencedTransport(httpx.AsyncBaseTransport):
         self._fencing = _Fencing(key_value, key_header, token_header)
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
-        self._fencing.admit(request)
+        fence = self._fencing.prepare(request)
+        if fence is not None:
+            request.extensions["trace"] = _rechecking(fence, request.extensions.get("trace"))
         return await self._transport.handle_async_request(request)
 
     async def aclose(self) -> None:
@@ -89,7 +138,9 @@ class SyncFencedTransport(httpx.BaseTransport):
         self._fencing = _Fencing(key_value, key_header, token_header)
 
     def handle_request(self, request: httpx.Request) -> httpx.Response:
-        self._fencing.admit(request)
+        fence = self._fencing.prepare(request)
+        if fence is not None:
+            request.extensions["trace"] = _rechecking_sync(fence, request.extensions.get("trace"))
         return self._transport.handle_request(request)
 
     def close(self) -> None:

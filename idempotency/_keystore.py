@@ -13,7 +13,6 @@ GET costs; a Lua script would cost a third more.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import hashlib
 import logging
 import time
@@ -153,9 +152,9 @@ class RedisKeyStore:
         self._breaker_seconds = breaker_seconds
         self._open_until = 0.0
         self._timeout = socket_timeout
-        # Connected only when a thread without a loop reads (`cached_now`); bound to no loop, so
-        # kept when the loop's connections are dropped. Its socket timeout bounds each read as
-        # `_guarded` bounds the loop's commands.
+        # Connected only when a thread without a loop claims (`claim_now`); bound to no loop, so
+        # kept when the loop's connections are dropped. Its socket timeout bounds each command
+        # as `_guarded` bounds the loop's commands.
         self._blocking = BlockingRedisConnections(
             SyncConnectionPool.from_url(
                 url, socket_connect_timeout=socket_timeout, socket_timeout=socket_timeout
@@ -196,12 +195,28 @@ class RedisKeyStore:
 
     async def claim(self, scope: str, key: str, token: str, lease_seconds: float) -> StoreClaim:
         """One round trip: the cached outcome if there is one, else try to take the lease."""
-        lease = (_LEASE + token).encode()
-        name = self.key(scope, key).encode()
-        command = pack(b"SET", name, lease, b"NX", b"PX", _ms(lease_seconds), b"GET")
+        lease, command = _claim_command(self.key(scope, key), token, lease_seconds)
         reached, held = await self._guarded("claim", lambda: self._hot.execute(command))
         if not reached:
             return _UNAVAILABLE
+        return self._claimed(held, lease, scope, key)
+
+    def claim_now(self, scope: str, key: str, token: str, lease_seconds: float) -> StoreClaim:
+        """`claim`, blocking on the calling thread: for a thread without an event loop (the sync
+        face's first look, `Guard.look_now`), whose blocking socket costs less than a hop to the
+        loop thread. The socket timeout bounds it as `_guarded` bounds the loop's commands."""
+        if not self.available:
+            return _UNAVAILABLE
+        lease, command = _claim_command(self.key(scope, key), token, lease_seconds)
+        try:
+            held = self._blocking.execute(command)
+        except (RedisError, OSError) as error:
+            self._degraded("claim", error)
+            return _UNAVAILABLE
+        return self._claimed(held, lease, scope, key)
+
+    def _claimed(self, held: object, lease: bytes, scope: str, key: str) -> StoreClaim:
+        """What the claim's reply `held` (the key's value before it, if any) means."""
         if held is None or held == lease:
             # Our own lease: a claim whose reply was lost and that was sent again took the key.
             return _ACQUIRED
@@ -212,27 +227,6 @@ class RedisKeyStore:
         if outcome is not None:
             return StoreClaim(LeaseState.CACHED, outcome=outcome)
         return StoreClaim(LeaseState.BUSY, holder=value.removeprefix(_LEASE))
-
-    def cached_now(self, scope: str, key: str) -> CachedOutcome | None:
-        """The cached outcome of `(scope, key)`, read blocking on the calling thread; None when
-        there is none, or Redis cannot say (down, breaker open, unreadable value).
-
-        For the sync face's replays (`_sync`): a read takes no lease, so anything but a cached
-        outcome goes on to the guard. A blocking socket costs less than a hop to the loop thread.
-        """
-        if not self.available:
-            return None
-        command = pack(b"GET", self.key(scope, key).encode())
-        try:
-            held = self._blocking.execute(command)
-        except (RedisError, OSError) as error:
-            self._degraded("read", error)
-            return None
-        if held is None:
-            return None
-        with contextlib.suppress(ValueError):
-            return self._read(held, scope, key)[1]
-        return None
 
     def _read(self, held: object, scope: str, key: str) -> tuple[str, CachedOutcome | None]:
         """What holds a key: its text, and the outcome if it is one. Raises ValueError for a
@@ -317,6 +311,13 @@ class RedisKeyStore:
             error,
             self._breaker_seconds,
         )
+
+
+def _claim_command(name: str, token: str, lease_seconds: float) -> tuple[bytes, bytes]:
+    """The lease value for `token`, and the claim of key `name` that sets it if the key is free
+    and answers with what holds it otherwise."""
+    lease = (_LEASE + token).encode()
+    return lease, pack(b"SET", name.encode(), lease, b"NX", b"PX", _ms(lease_seconds), b"GET")
 
 
 def _ms(seconds: float) -> bytes:

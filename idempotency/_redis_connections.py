@@ -82,7 +82,7 @@ class RedisConnections:
 
 
 class BlockingRedisConnections:
-    """`RedisConnections` for threads without an event loop (the sync face's replay reads): the
+    """`RedisConnections` for threads without an event loop (the sync face's claims): the
     same reuse and one resend on a new connection, on blocking sockets. Each command checks a
     connection out of the idle list (a list's pop and append are atomic), so threads never share
     one mid-command."""

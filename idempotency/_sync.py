@@ -13,10 +13,13 @@ still running at its timeout is recorded OUTCOME_UNKNOWN at the timeout; a threa
 stopped, so the call raises that envelope when the function returns.
 
 Not `asyncio.run` per call: that builds a loop, new connections and a new schema check on every
-call, and cannot run inside a running loop. A loop thread costs two thread hand-offs per call
-(`bench.guard` measures them) and works from any thread, inside a running loop too (that loop is
-blocked for the call, as by any blocking function). A replay Redis has costs none: it is read on
-the calling thread (`_replays`).
+call, and cannot run inside a running loop. A loop thread works from any thread, inside a running
+loop too (that loop is blocked for the call, as by any blocking function), at the cost of thread
+hand-offs (`bench.guard` measures them). The calling thread first looks at the key itself,
+blocking, where the guard would look first (`Guard.look_now`: Redis's claim, or without Redis the
+embedded ledger's local read): a finished key is answered there with no hand-off at all. Any other
+call makes four (to the loop, the write back to the caller, its result to the loop, the answer
+back), and its first attempt goes on from the Redis claim the calling thread made.
 """
 
 from __future__ import annotations
@@ -41,7 +44,6 @@ from writesafe.idempotency._context import (
 )
 from writesafe.idempotency._errors import WriteSafeError
 from writesafe.idempotency._keys import DEFAULT_SCOPE
-from writesafe.idempotency._replays import cached_replay
 from writesafe.idempotency._tool import Invocation, Tool
 from writesafe.reconciler import (
     LookupOperation,
@@ -109,9 +111,14 @@ class _Caller:
         self._inbox.put(_Write(function, args, kwargs, active_operation(), loop, done))
         return await done
 
-    def wait(self, loop: asyncio.AbstractEventLoop, coroutine: Coroutine[Any, Any, T]) -> T:
-        """Run `coroutine` as a task on `loop`, blocking until it ends and running handed-back
-        writes.
+    def wait(
+        self,
+        loop: asyncio.AbstractEventLoop,
+        coroutine: Coroutine[Any, Any, T],
+        calls: set[asyncio.Task[Any]],
+    ) -> T:
+        """Run `coroutine` as a task on `loop`, kept in `calls` while it runs, blocking until it
+        ends and running handed-back writes.
 
         One hop to the loop and one back (plus two for a write): a plain task and a queue, since
         `run_coroutine_threadsafe`'s chained futures cost as much again as the hops themselves.
@@ -122,6 +129,8 @@ class _Caller:
 
         def start() -> None:
             task = loop.create_task(coroutine, context=context)
+            calls.add(task)
+            task.add_done_callback(calls.discard)
             task.add_done_callback(lambda _: self._inbox.put(None))
             started.append(task)
 
@@ -132,6 +141,8 @@ class _Caller:
         except BaseException:
             # Interrupted (KeyboardInterrupt, SystemExit): the guard's task is cancelled and
             # records what it knows, as for an async caller that goes away. `start` ran first.
+            # A task cancelled before its first step leaves the Redis lease its call's look
+            # took to run out, as a crashed caller's does (the ledger has no row of it).
             loop.call_soon_threadsafe(lambda: started[0].cancel())
             raise
         return started[0].result()
@@ -178,6 +189,7 @@ class LoopThread:
         self.twin = twin
         self.pid = os.getpid()
         self._loop = asyncio.new_event_loop()
+        self._calls: set[asyncio.Task[Any]] = set()  # the calls running; touched on the loop
         self._thread = threading.Thread(
             target=self._loop.run_forever, name="writesafe-sync", daemon=True
         )
@@ -188,7 +200,7 @@ class LoopThread:
         """Run `make()` on the loop and block for its answer, running handed-back writes."""
         if threading.current_thread() is self._thread:
             raise RuntimeError("a sync writesafe call cannot be made from its own loop thread")
-        return _Caller().wait(self._loop, make())
+        return _Caller().wait(self._loop, make(), self._calls)
 
     def close(self) -> None:
         """Close the twin's stores and end the thread (a forked child leaves its parent's alone)."""
@@ -196,7 +208,8 @@ class LoopThread:
         if os.getpid() != self.pid or self._loop.is_closed():
             return
         try:
-            closing = asyncio.run_coroutine_threadsafe(_end_calls_and_close(self.twin), self._loop)
+            ending = _end_calls_and_close(self.twin, self._calls)
+            closing = asyncio.run_coroutine_threadsafe(ending, self._loop)
             with contextlib.suppress(TimeoutError):
                 closing.result(CLOSE_SECONDS)
         finally:
@@ -212,10 +225,14 @@ class LoopThread:
             self.close()
 
 
-async def _end_calls_and_close(twin: WriteSafe) -> None:
-    """Cancel the calls still running (their callers get `CancelledError` instead of waiting
-    forever on a loop that stops; each records what it knows first), then close the stores."""
-    calls = [task for task in asyncio.all_tasks() if task is not asyncio.current_task()]
+async def _end_calls_and_close(twin: WriteSafe, running: set[asyncio.Task[Any]]) -> None:
+    """Cancel the calls still `running` (their callers get `CancelledError` instead of waiting
+    forever on a loop that stops; each records what it knows first), then close the stores.
+
+    Only the calls: the cache fills written behind answers already given are the guard's to
+    finish as it closes, so that a process that answers and exits at once leaves the outcome in
+    Redis, not its lease (a fill's first command may still be opening its connection)."""
+    calls = list(running)
     for task in calls:
         task.cancel()
     await asyncio.gather(*calls, return_exceptions=True)
@@ -345,8 +362,9 @@ class SyncTool(Generic[R]):
         auth_context: object = None,
         key_from_arguments: bool = False,
     ) -> Invocation[R]:
-        """Like `Tool.invoke`, blocking: the result and whether it was replayed. A replay Redis
-        has is read on this thread (`_replays`); anything else runs on the loop thread."""
+        """Like `Tool.invoke`, blocking: the result and whether it was replayed. The call's
+        first look is made on this thread (`Guard.look_now`), which answers a finished key;
+        anything else runs on the loop thread, from what the look found."""
         loop_thread = self._facade._loop_thread()
         twin = loop_thread.twin
         try:
@@ -354,7 +372,8 @@ class SyncTool(Generic[R]):
         except WriteSafeError:
             loop_thread.run(twin.guard)  # an unreachable ledger is told first, as when async
             raise
-        replay = cached_replay(twin, call)
-        if replay is not None:
-            return replay
-        return loop_thread.run(lambda: self.tool.run(call, through=twin))
+        guard = twin.started_guard  # before the first call has checked the schema: none yet
+        look = None if guard is None else guard.look_now(call)
+        if look is not None and look.answer is not None:
+            return Invocation(look.answer.value, True, call.key)
+        return loop_thread.run(lambda: self.tool.run(call, through=twin, look=look))

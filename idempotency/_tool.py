@@ -12,6 +12,7 @@ from writesafe.idempotency._keys import DEFAULT_SCOPE, validate_key
 from writesafe.idempotency._spec import GuardedCall, ToolSpec
 
 if TYPE_CHECKING:
+    from writesafe.idempotency._guard import Look
     from writesafe.idempotency._writesafe import WriteSafe
 
 R = TypeVar("R")
@@ -76,10 +77,13 @@ class Tool(Generic[R]):
         call = self.prepare(args, kwargs, key, scope, auth_context, key_from_arguments)
         return await self.run(call, through=through)
 
-    async def run(self, call: GuardedCall, *, through: WriteSafe | None = None) -> Invocation[R]:
-        """Run a call `prepare` made (the sync face prepares on the calling thread)."""
+    async def run(
+        self, call: GuardedCall, *, through: WriteSafe | None = None, look: Look | None = None
+    ) -> Invocation[R]:
+        """Run a call `prepare` made (the sync face prepares on the calling thread, and makes
+        the call's first `look` there)."""
         guard = await (through or self._owner).guard()
-        value, replayed = await guard.run(call)
+        value, replayed = await guard.run(call, look)
         return Invocation(value, replayed, call.key)
 
     def prepare(

@@ -269,6 +269,12 @@ class WriteSafe:
         """Whether the schema has been checked (or created) by `start`."""
         return self._ready
 
+    @property
+    def started_guard(self) -> Guard | None:
+        """The guard once `start` has run, for a thread without an event loop (the sync face's
+        first look, `Guard.look_now`); None before."""
+        return self._guard if self._ready else None
+
     async def start(self) -> None:
         """Create/upgrade the embedded schema, or check that a migrated one is current."""
         async with self._lock():

@@ -8,6 +8,7 @@ from writesafe.ledger._clock import Clock, ManualClock, StoreTime, SystemClock
 from writesafe.ledger._engine import DEFAULT_DATABASE_URL, UnsupportedDatabase, create_engine
 from writesafe.ledger._json import canonical_json, dumps_json, loads_json
 from writesafe.ledger._ledger import (
+    LATE_SEND,
     LEASE_EXPIRED,
     DueBatch,
     Intent,
@@ -37,6 +38,7 @@ __all__ = [
     "DEFAULT_BATCH_SIZE",
     "DEFAULT_DATABASE_URL",
     "FINAL_STATES",
+    "LATE_SEND",
     "LEASE_EXPIRED",
     "TRANSITIONS",
     "ApiKey",

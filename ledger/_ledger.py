@@ -182,6 +182,11 @@ class Ledger:
     async def get(self, scope: str, key: str) -> OperationRecord | None:
         return await self.writer.fetch(scope, key)
 
+    def peek(self, scope: str, key: str) -> OperationRecord | None:
+        """`get` without I/O, on any thread, where the writer reads locally (SQLite); None when
+        there is no row or it cannot be read so (PostgreSQL)."""
+        return self.writer.peek(scope, key)
+
     async def attempts(self, operation_id: int) -> list[AttemptRecord]:
         query = (
             select(attempts).where(attempts.c.operation_id == operation_id).order_by(attempts.c.id)
@@ -355,7 +360,9 @@ class Ledger:
     ) -> OperationRecord | None:
         """Record how the owner's execution ended; None if the owner was fenced off meanwhile.
 
-        The attempt row keeps the owner's evidence either way: it is the owner's own record.
+        The attempt row keeps the owner's evidence either way: it is the owner's own record. A
+        fenced-off execution that may have had an effect voids the absence its operation has
+        been judged by since (`_void_absence`).
         """
         check_transition(current.status, outcome.status)
         now = self._at()
@@ -370,7 +377,41 @@ class Ledger:
         if outcome.status is Status.OUTCOME_UNKNOWN:
             values["next_check_at"] = now
         closes = ClosedExecution(owner, outcome.status.value, outcome.attempt_values, now)
-        return await self.writer.change(Change(current, values, now, closes=closes))
+        finished = await self.writer.change(Change(current, values, now, closes=closes))
+        if finished is None and outcome.status in _MAY_HAVE_SENT:
+            await self._void_absence(current)
+        return finished
+
+    async def _void_absence(self, current: OperationRecord) -> None:
+        """An execution fenced off after it may have had an effect: its operation, if it has
+        since been judged by absence (`failed`) or waits on it (`outcome_unknown`), is unknown
+        again, its settle window starting now, so that no lookup made before this counts.
+
+        The writer may have sent long after its fence closed (it stalled between its last check
+        and its write), when a lookup had already found nothing: this late report is the only
+        sign of it. An operation that is `in_flight` again (the next execution runs) or final
+        is left alone.
+        """
+        check_transition(Status.FAILED, Status.OUTCOME_UNKNOWN)
+        now = self._now_sql()
+        statement = (
+            update(operations)
+            .where(
+                operations.c.id == current.id,
+                operations.c.status.in_([Status.FAILED.value, Status.OUTCOME_UNKNOWN.value]),
+            )
+            .values(
+                status=Status.OUTCOME_UNKNOWN.value,
+                error=None,
+                last_code=LATE_SEND,
+                last_sent_at=now,
+                next_check_at=now,
+                version=operations.c.version + 1,
+                updated_at=now,
+            )
+        )
+        async with self.engine.begin() as conn:
+            await conn.execute(statement)
 
     async def renew_leases(self, leases: Mapping[int, str], seconds: float) -> set[int]:
         """Extend the `in_flight` leases `{operation id: owner}` by `seconds`, in one statement.
@@ -665,6 +706,12 @@ def _operation_values(intent: Intent, at: Callable[[float], Moment]) -> dict[str
 
 LEASE_EXPIRED = "LEASE_EXPIRED"
 """`last_code` the reconciler gives an operation whose executing worker lost its lease."""
+
+_MAY_HAVE_SENT = frozenset({Status.SUCCEEDED, Status.OUTCOME_UNKNOWN})
+"""How an execution ended when it may have had an effect."""
+
+LATE_SEND = "LATE_SEND"
+"""`last_code` of an operation an execution fenced off reported it may have sent to after all."""
 
 
 @dataclass(frozen=True, slots=True)

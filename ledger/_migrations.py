@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
-from alembic import command
-from alembic.config import Config
-from alembic.runtime.migration import MigrationContext
-from alembic.script import ScriptDirectory
+from typing import TYPE_CHECKING
+
 from sqlalchemy import Connection, text
 from sqlalchemy.ext.asyncio import AsyncEngine
+
+if TYPE_CHECKING:
+    from alembic.config import Config
+
+# Alembic is imported where a migration runs, not with the ledger: it costs every process
+# (each CLI call, each worker) a few hundred milliseconds that most of them never need.
 
 # Our own version table, so writesafe's migrations never collide with the application's Alembic.
 VERSION_TABLE = "writesafe_alembic_version"
@@ -18,32 +22,36 @@ class LedgerNotMigrated(RuntimeError):
 
 
 def _config() -> Config:
+    from alembic.config import Config
+
     config = Config()
     config.set_main_option("script_location", "writesafe.ledger:migrations")
     return config
 
 
 def head_revision() -> str:
+    from alembic.script import ScriptDirectory
+
     head = ScriptDirectory.from_config(_config()).get_current_head()
     assert head is not None, "the ledger ships at least one migration"
     return head
 
 
-# Any fixed 64-bit number: the PostgreSQL advisory lock that serialises concurrent upgrades.
-_MIGRATION_LOCK = 0x77726974657361
+# Any fixed 32-bit number: with the schema's hash, the PostgreSQL advisory lock that serialises
+# concurrent upgrades of one schema (ledgers in other schemas migrate without waiting for it).
+_MIGRATION_LOCK = 0x77736166
+_LOCK_SCHEMA = text("SELECT pg_advisory_xact_lock(:key, hashtext(coalesce(current_schema(), '')))")
 
 
 async def upgrade(engine: AsyncEngine, revision: str = "head") -> None:
     """Apply migrations up to `revision` in one transaction.
 
-    Many workers may start at once: PostgreSQL upgrades queue on an advisory lock (SQLite on its
-    write lock), so the first one migrates and the others find the schema current.
+    Many workers may start at once: PostgreSQL upgrades of one schema queue on an advisory lock
+    (SQLite on its write lock), so the first one migrates and the others find the schema current.
     """
     async with engine.begin() as connection:
         if connection.dialect.name == "postgresql":
-            await connection.execute(
-                text("SELECT pg_advisory_xact_lock(:key)"), {"key": _MIGRATION_LOCK}
-            )
+            await connection.execute(_LOCK_SCHEMA, {"key": _MIGRATION_LOCK})
         await connection.run_sync(_upgrade, revision)
 
 
@@ -69,17 +77,23 @@ async def ensure_current(engine: AsyncEngine) -> None:
 
 
 def _upgrade(connection: Connection, revision: str) -> None:
+    from alembic import command
+
     config = _config()
     config.attributes["connection"] = connection
     command.upgrade(config, revision)
 
 
 def _downgrade(connection: Connection, revision: str) -> None:
+    from alembic import command
+
     config = _config()
     config.attributes["connection"] = connection
     command.downgrade(config, revision)
 
 
 def _current(connection: Connection) -> str | None:
+    from alembic.runtime.migration import MigrationContext
+
     context = MigrationContext.configure(connection, opts={"version_table": VERSION_TABLE})
     return context.get_current_revision()

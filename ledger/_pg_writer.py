@@ -118,6 +118,9 @@ class PostgresWriter:
         row = await self._run(statement, {"scope": scope, "key": key}, asyncpg.Connection.fetchrow)
         return None if row is None else OperationRecord.from_row(row)
 
+    def peek(self, scope: str, key: str) -> OperationRecord | None:
+        return None  # every read is a round trip: the claim reads the row it conflicts with
+
     async def change(self, change: Change) -> OperationRecord | None:
         closes = change.closes
         shape = _ChangeShape(

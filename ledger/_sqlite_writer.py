@@ -7,16 +7,15 @@ connection to the same file configured as the async engine's (WAL, `synchronous=
 `BEGIN IMMEDIATE`), in one thread that serialises the process's writes as SQLite's write lock
 would anyway. Its statements are compiled once by SQLAlchemy from the table definitions and run
 on the driver directly: SQLAlchemy's execution layer cost more per statement than SQLite takes to
-run it. A claim first reads the key on the caller's thread, which a WAL reader does without
-waiting for any writer: a key that is taken (a replay) costs neither a write nor a thread hop.
-Reads and reconciliation keep the async engine.
+run it. A claim first reads the key on the caller's thread (`peek`), which a WAL reader does
+without waiting for any writer: a key that is taken (a replay) costs neither a write nor a thread
+hop. Reads and reconciliation keep the async engine.
 """
 
 from __future__ import annotations
 
 import json
 import sqlite3
-import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -125,14 +124,15 @@ class SqliteWriter:
         self._path = path
         self._thread = CallThread("writesafe-sqlite")  # started by a write, ended by close
         self._connection: sqlite3.Connection | None = None  # the writer thread's
-        self._readers = threading.local()  # each calling thread's own read connection
-        self._reader_connections: list[sqlite3.Connection] = []
-        self._readers_lock = threading.Lock()
+        # Read connections not in use, newest last: one per thread reading at once, however many
+        # threads come and go (a server's thread per request). A list's pop and append are
+        # atomic, so no two threads share one mid-read.
+        self._readers: list[sqlite3.Connection] = []
         self._claims: dict[tuple[str, ...], _Compiled] = {}
         self._changes: dict[tuple[tuple[str, ...], bool], _Compiled] = {}
 
     async def claim(self, row: dict[str, Any]) -> Claim | None:
-        existing = self._peek(row["scope"], row["key"])
+        existing = self.peek(row["scope"], row["key"])
         if existing is not None:
             return Claim(existing, created=False)
         names = tuple(row)
@@ -165,9 +165,7 @@ class SqliteWriter:
 
     async def close(self) -> None:
         """Close the writer's connections and end its thread; the next write opens both anew."""
-        with self._readers_lock:
-            readers, self._reader_connections = self._reader_connections, []
-            self._readers = threading.local()
+        readers, self._readers = self._readers, []
         for reader in readers:
             reader.close()
         await self._thread.stop(self._disconnect)  # closed by the thread that opened it
@@ -175,23 +173,24 @@ class SqliteWriter:
     def forget_loop(self) -> None:
         """Nothing to drop: the writer's thread serves whichever event loop awaits it."""
 
-    def _peek(self, scope: str, key: str) -> OperationRecord | None:
-        """The row holding `(scope, key)` as last committed, read on the calling thread (a WAL
-        read takes no lock a writer holds, so it does not wait: well under the cost of a hop).
-        A row found is what the claim's conflict would have returned; None claims the key."""
-        reader: sqlite3.Connection | None = getattr(self._readers, "connection", None)
-        if reader is None:
+    def peek(self, scope: str, key: str) -> OperationRecord | None:
+        """The row holding `(scope, key)` as last committed, read on the calling thread, whichever
+        it is (a WAL read takes no lock a writer holds, so it does not wait: well under the cost
+        of a hop). A row found is what the claim's conflict would have returned; None (no row,
+        or the read was in a lock's way) leaves the key to the claim's write."""
+        try:
+            reader = self._readers.pop()
+        except IndexError:
             reader = connect_sqlite(self._path, check_same_thread=False)
-            # Never wait on the event loop: a lock in the way (a checkpoint's rare restart of
-            # the log) sends the claim down the write path instead.
+            # Never wait on the caller: a lock in the way (a checkpoint's rare restart of the
+            # log) sends the claim down the write path instead.
             reader.execute("PRAGMA busy_timeout=0")
-            with self._readers_lock:
-                self._reader_connections.append(reader)
-            self._readers.connection = reader
         try:
             return _fetch(reader.cursor(), scope, key)
         except sqlite3.Error:
             return None  # the write path reads it again, under the write lock
+        finally:
+            self._readers.append(reader)
 
     async def _run(self, write: Callable[[sqlite3.Cursor], T], durable: bool = True) -> T:
         """Run `write` as one transaction in the writer's thread; see `_transaction`."""

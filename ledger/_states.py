@@ -27,8 +27,10 @@ TRANSITIONS: dict[Status, frozenset[Status]] = {
     ),
     # Terminal: duplicates replay the stored result.
     Status.SUCCEEDED: frozenset(),
-    # A continuation (new attempt) is allowed only by the continuation policy.
-    Status.FAILED: frozenset({Status.IN_FLIGHT}),
+    # A continuation (new attempt) is allowed only by the continuation policy. An earlier
+    # execution, fenced off, that reports it may have sent after all voids the proof of no
+    # effect: the operation is unknown again (`Ledger.finish`).
+    Status.FAILED: frozenset({Status.IN_FLIGHT, Status.OUTCOME_UNKNOWN}),
     # Reconciliation decides; proven absence lets the key continue with a new attempt.
     Status.OUTCOME_UNKNOWN: frozenset(
         {Status.SUCCEEDED, Status.FAILED, Status.NEEDS_ATTENTION, Status.IN_FLIGHT}

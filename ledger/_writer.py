@@ -143,6 +143,11 @@ class Writer(Protocol):
     async def fetch(self, scope: str, key: str) -> OperationRecord | None:
         """The operation holding `(scope, key)`, if any."""
 
+    def peek(self, scope: str, key: str) -> OperationRecord | None:
+        """The operation holding `(scope, key)` as last committed, if the writer can read it on
+        the calling thread, any thread, without waiting on I/O (SQLite's local read); None when
+        there is none or the writer cannot tell so (PostgreSQL: a read is a round trip)."""
+
     async def change(self, change: Change) -> OperationRecord | None:
         """Apply `change`: the row it made; None when another actor changed the row first."""
 

@@ -173,9 +173,9 @@ def pg_slots(request: pytest.FixtureRequest) -> Iterator[None]:
         yield
 
 
-@pytest.fixture
-def pg_schema() -> Iterator[str]:
-    """A fresh, empty PostgreSQL schema for this test, dropped afterwards."""
+@contextlib.contextmanager
+def fresh_schema() -> Iterator[str]:
+    """A fresh, empty PostgreSQL schema, dropped afterwards."""
     name = f"ws_test_{RUN_ID}_{next(_numbers)}"
     run_sync(_pg_execute(f'CREATE SCHEMA "{name}"'))
     try:
@@ -184,14 +184,28 @@ def pg_schema() -> Iterator[str]:
         run_sync(_drop_schema(name))
 
 
-@pytest.fixture
-def redis_prefix() -> Iterator[str]:
-    """A Redis key prefix for this test; its keys are deleted afterwards."""
+@contextlib.contextmanager
+def fresh_prefix() -> Iterator[str]:
+    """A Redis key prefix of its own; its keys are deleted afterwards."""
     prefix = f"wstest:{RUN_ID}:{next(_numbers)}"
     try:
         yield prefix
     finally:
         run_sync(_redis_delete(prefix))
+
+
+@pytest.fixture
+def pg_schema() -> Iterator[str]:
+    """A fresh, empty PostgreSQL schema for this test, dropped afterwards."""
+    with fresh_schema() as name:
+        yield name
+
+
+@pytest.fixture
+def redis_prefix() -> Iterator[str]:
+    """A Redis key prefix for this test; its keys are deleted afterwards."""
+    with fresh_prefix() as prefix:
+        yield prefix
 
 
 MakeWriteSafe = Callable[..., WriteSafe]
@@ -202,20 +216,29 @@ def backend(request: pytest.FixtureRequest) -> str:
     return str(request.param)
 
 
+def store_arguments(
+    backend: str, folder: Path, schema: Callable[[], str], prefix: Callable[[], str]
+) -> dict[str, Any]:
+    """`WriteSafe` arguments for isolated stores of `backend`: a SQLite file in `folder`, or the
+    PostgreSQL schema and Redis prefix that `schema()` and `prefix()` make."""
+    if backend == "sqlite":
+        return {"database_url": f"sqlite+aiosqlite:///{folder / 'ledger.db'}"}
+    options: dict[str, Any] = {"database_url": PG_URL, "schema": schema(), "auto_migrate": True}
+    if backend == "postgres+redis":
+        options["redis_url"] = REDIS_URL
+        options["redis_prefix"] = prefix()
+    return options
+
+
 @pytest.fixture
 def store_options(backend: str, tmp_path: Path, request: pytest.FixtureRequest) -> dict[str, Any]:
     """`WriteSafe` arguments for this test's isolated stores of `backend`."""
-    if backend == "sqlite":
-        return {"database_url": f"sqlite+aiosqlite:///{tmp_path / 'ledger.db'}"}
-    options: dict[str, Any] = {
-        "database_url": PG_URL,
-        "schema": request.getfixturevalue("pg_schema"),
-        "auto_migrate": True,
-    }
-    if backend == "postgres+redis":
-        options["redis_url"] = REDIS_URL
-        options["redis_prefix"] = request.getfixturevalue("redis_prefix")
-    return options
+    return store_arguments(
+        backend,
+        tmp_path,
+        lambda: str(request.getfixturevalue("pg_schema")),
+        lambda: str(request.getfixturevalue("redis_prefix")),
+    )
 
 
 @pytest.fixture

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import importlib
 import os
 import signal
@@ -64,18 +65,35 @@ def worker(name: str, queue: str, env: dict[str, str]) -> subprocess.Popen[bytes
     )
 
 
-@pytest.fixture
-def broker_prefix() -> Iterator[str]:
-    """This test's own Redis key prefix for the broker's keys, deleted afterwards."""
-    prefix = f"wstest-celery-{uuid.uuid4().hex[:8]}:"
-    yield prefix
+def delete_keys(prefixes: list[str]) -> None:
     client = redis.Redis.from_url(REDIS_URL)
     try:
-        keys = list(client.scan_iter(match=f"{prefix}*"))
-        if keys:
-            client.delete(*keys)
+        for prefix in prefixes:
+            keys = list(client.scan_iter(match=f"{prefix}*"))
+            if keys:
+                client.delete(*keys)
     finally:
         client.close()
+
+
+@pytest.fixture(scope="module")
+def broker_prefixes() -> Iterator[list[str]]:
+    """Every broker prefix of this module's tests, deleted again once they are all done: an
+    app a test has closed can still write under its prefix while the next test runs (a
+    reloaded module's old app, collected later)."""
+    prefixes: list[str] = []
+    yield prefixes
+    gc.collect()
+    delete_keys(prefixes)
+
+
+@pytest.fixture
+def broker_prefix(broker_prefixes: list[str]) -> Iterator[str]:
+    """This test's own Redis key prefix for the broker's keys, deleted afterwards."""
+    prefix = f"wstest-celery-{uuid.uuid4().hex[:8]}:"
+    broker_prefixes.append(prefix)
+    yield prefix
+    delete_keys([prefix])
 
 
 @pytest.mark.slow

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
 import sqlite3
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -11,10 +13,11 @@ from alembic.runtime.migration import MigrationContext
 from sqlalchemy import Connection
 from typer.testing import CliRunner
 
-from tests.conftest import PG_URL
+from tests.conftest import PG_URL, _drop_schema, _pg_execute, run_sync
 from writesafe import WriteSafe
 from writesafe.cli import app
 from writesafe.ledger import Base, Ledger, LedgerNotMigrated, head_revision
+from writesafe.ledger._migrations import _LOCK_SCHEMA, _MIGRATION_LOCK
 
 
 def _differences(connection: Connection) -> list[object]:
@@ -90,3 +93,34 @@ def test_db_upgrade_reports_an_unreachable_database() -> None:
     result = CliRunner().invoke(app, ["db", "upgrade", "--database-url", url])
     assert result.exit_code == 3
     assert "could not be reached" in result.output
+
+
+@pytest.fixture
+def other_pg_schema(pg_schema: str) -> Iterator[str]:
+    """A second empty schema beside `pg_schema`, dropped afterwards."""
+    name = f"{pg_schema}_other"
+    run_sync(_pg_execute(f'CREATE SCHEMA "{name}"'))
+    try:
+        yield name
+    finally:
+        run_sync(_drop_schema(name))
+
+
+async def test_an_upgrade_waits_only_for_upgrades_of_its_own_schema(
+    pg_schema: str, other_pg_schema: str
+) -> None:
+    """Workers starting at once on one schema migrate one at a time; a ledger in another
+    schema (another tenant, another test) does not queue behind them."""
+    busy = Ledger.from_url(PG_URL, schema=other_pg_schema)
+    same = Ledger.from_url(PG_URL, schema=other_pg_schema)
+    elsewhere = Ledger.from_url(PG_URL, schema=pg_schema)
+    try:
+        async with busy.engine.begin() as upgrading:  # an upgrade of the other schema runs
+            await upgrading.execute(_LOCK_SCHEMA, {"key": _MIGRATION_LOCK})
+            await asyncio.wait_for(elsewhere.migrate(), 30)
+            with pytest.raises(TimeoutError):
+                await asyncio.wait_for(same.migrate(), 1.0)
+        await asyncio.wait_for(same.migrate(), 30)  # its turn, once the first is done
+    finally:
+        for ledger in (busy, same, elsewhere):
+            await ledger.close()

@@ -3,7 +3,8 @@
 Hypothesis drives the real `Ledger` (embedded SQLite) with random claims, finishes by the owner
 or by a stranger, lease expiries, retries, restarts and arbitrary transitions. After every step
 the stored row must have moved only along `TRANSITIONS`, its version by exactly one per change,
-and refused requests must have changed nothing.
+and refused requests must have changed nothing — but for a fenced-off finish that may have had
+an effect, which makes a row judged by absence unknown again.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
 from writesafe.ledger import (
+    LATE_SEND,
     TRANSITIONS,
     IllegalTransition,
     Intent,
@@ -31,6 +33,8 @@ from writesafe.ledger import (
 
 OWNER, STRANGER = "owner", "stranger"
 statuses = st.sampled_from(list(Status))
+MAY_HAVE_SENT = {Status.SUCCEEDED, Status.OUTCOME_UNKNOWN}  # how an execution that sent ends
+ABSENCE_JUDGED = {Status.FAILED, Status.OUTCOME_UNKNOWN}  # judged by absence, or waiting on it
 
 
 def intent(owner: str = OWNER, fingerprint: str = "fp") -> Intent:
@@ -99,7 +103,22 @@ class LedgerMachine(RuleBasedStateMachine):
         else:
             fenced = owner != self.row.lease_owner
             assert (returned is None) == fenced
+            if fenced and status in MAY_HAVE_SENT and self.row.status in ABSENCE_JUDGED:
+                self.observe_voided()
+                return
         self.observe(returned)
+
+    def observe_voided(self) -> None:
+        """A fenced-off execution that may have had an effect: the absence the row was judged
+        by (or waits on) is void, and it is unknown again."""
+        stored = self.run(self.ledger.get("s", "k"))
+        assert stored is not None
+        assert self.row is not None
+        assert (stored.status, stored.last_code) == (Status.OUTCOME_UNKNOWN, LATE_SEND)
+        assert stored.version == self.row.version + 1
+        # From `failed` a transition; an unknown row only starts its settle window again.
+        assert stored.status is self.row.status or stored.status in TRANSITIONS[self.row.status]
+        self.row = stored
 
     @precondition(lambda self: self.row is not None and self.row.status is Status.IN_FLIGHT)
     @rule(seconds=st.integers(min_value=0, max_value=60))

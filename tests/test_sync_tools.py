@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import subprocess
@@ -15,6 +16,8 @@ from typing import Any
 
 import pytest
 from prometheus_client import REGISTRY
+from redis.asyncio import Redis
+from sqlalchemy import event
 
 from tests.conftest import MakeWriteSafe
 from writesafe import (
@@ -26,9 +29,14 @@ from writesafe import (
     Status,
     SyncTool,
     ToolError,
+    WriteSafe,
     WriteSafeError,
 )
-from writesafe.idempotency._keystore import RedisKeyStore
+from writesafe.idempotency._guard import Look
+from writesafe.idempotency._keystore import LeaseState, RedisKeyStore
+from writesafe.idempotency._redis_connections import BlockingRedisConnections, RedisConnections
+from writesafe.ledger._engine import sqlite_path
+from writesafe.ledger._pg_writer import PostgresWriter
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -427,11 +435,24 @@ async def test_a_sync_call_from_its_own_loop_thread_is_refused_not_deadlocked(
     assert refusals == ["a sync writesafe call cannot be made from its own loop thread"]
 
 
-async def test_a_replay_redis_has_is_answered_on_the_calling_thread(
+def calls_answered(tool: str, answer: str) -> float:
+    labels = {"tool": tool, "answer": answer}
+    return REGISTRY.get_sample_value("writesafe_calls_total", labels) or 0.0
+
+
+def flush_cache_fills(ws: WriteSafe) -> None:
+    """Wait for the Redis copies the sync face's guard writes behind its answers."""
+    ws.sync._run(lambda twin: twin._guard.flush())
+
+
+async def test_a_finished_key_is_answered_on_the_calling_thread(
     backend: str, make_ws: MakeWriteSafe
 ) -> None:
-    if "redis" not in backend:
-        pytest.skip("without Redis every replay is the ledger's, read on the loop thread")
+    """Where the guard's first look needs no round trip of the loop's (Redis's claim, sent on a
+    blocking socket; the embedded ledger's local read), a finished key's replay and a reuse of
+    its key are answered without the loop thread."""
+    if backend == "postgres":
+        pytest.skip("PostgreSQL alone has no read without a round trip: the loop thread reads")
     ws = make_ws()
     effects: list[int] = []
 
@@ -440,20 +461,11 @@ async def test_a_replay_redis_has_is_answered_on_the_calling_thread(
         effects.append(cents)
         return {"cents": cents}
 
-    def replayed() -> float:
-        labels = {"tool": "charge", "answer": "replayed"}
-        return REGISTRY.get_sample_value("writesafe_calls_total", labels) or 0.0
-
     assert await asyncio.to_thread(charge, 100, idempotency_key="c-1") == {"cents": 100}
-    twin = ws.sync._loop_thread().twin
-    assert twin.keystore is not None
-    for _ in range(100):  # the cache fill is written behind the first answer
-        if twin.keystore.cached_now("default", "c-1") is not None:
-            break
-        await asyncio.sleep(0.01)
-    before = replayed()
+    await asyncio.to_thread(flush_cache_fills, ws)
+    replayed, reused = calls_answered("charge", "replayed"), calls_answered("charge", "KEY_REUSED")
 
-    # The loop thread is held: only an answer read on the calling thread can come back.
+    # The loop thread is held: only an answer made on the calling thread can come back.
     held, release = threading.Event(), threading.Event()
 
     def hold() -> None:
@@ -466,15 +478,150 @@ async def test_a_replay_redis_has_is_answered_on_the_calling_thread(
         answer = await asyncio.wait_for(
             asyncio.to_thread(charge.invoke, (100,), {}, key="c-1"), timeout=5
         )
+        with pytest.raises(WriteSafeError) as refused:
+            await asyncio.wait_for(asyncio.to_thread(charge, 999, idempotency_key="c-1"), 5)
     finally:
         release.set()
     assert (answer.value, answer.replayed) == ({"cents": 100}, True)
-    assert replayed() == before + 1  # counted as the guard counts a replay
-    # Another payload under the key is the guard's to refuse, on the loop thread.
-    with pytest.raises(WriteSafeError) as reused:
-        await asyncio.to_thread(charge, 999, idempotency_key="c-1")
-    assert reused.value.envelope.code == "KEY_REUSED"
+    assert refused.value.envelope.code == "KEY_REUSED"
+    # Counted as the guard counts its answers.
+    assert calls_answered("charge", "replayed") == replayed + 1
+    assert calls_answered("charge", "KEY_REUSED") == reused + 1
     assert effects == [100]
+
+
+def count_sent(ws: WriteSafe, monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """Every command or statement the sync face's stores send from here on, on any thread: the
+    key store's own connections (the loop's and the blocking ones), redis-py's client, the
+    PostgreSQL writer and SQLAlchemy's cursor."""
+    sent: list[str] = []
+
+    def counting(label: str, method: Any) -> Any:
+        async def counted(*args: Any, **kwargs: Any) -> Any:
+            sent.append(label)
+            return await method(*args, **kwargs)
+
+        return counted
+
+    def blocking(*args: Any, **kwargs: Any) -> Any:
+        sent.append("redis")
+        return execute_now(*args, **kwargs)
+
+    execute_now = BlockingRedisConnections.execute
+    monkeypatch.setattr(BlockingRedisConnections, "execute", blocking)
+    monkeypatch.setattr(RedisConnections, "execute", counting("redis", RedisConnections.execute))
+    monkeypatch.setattr(Redis, "execute_command", counting("redis client", Redis.execute_command))
+    monkeypatch.setattr(PostgresWriter, "_run", counting("ledger", PostgresWriter._run))
+    twin = ws.sync._loop_thread().twin
+    event.listen(
+        twin.ledger.engine.sync_engine, "before_cursor_execute", lambda *_: sent.append("ledger")
+    )
+    return sent
+
+
+async def test_a_sync_first_execution_makes_the_round_trips_of_the_async_one(
+    backend: str, make_ws: MakeWriteSafe, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The lease claimed on the calling thread is the one the guard goes on from: no second
+    claim on the loop thread (the async path's count: `test_guard.py`)."""
+    if backend != "postgres+redis":
+        pytest.skip("counted where both stores are servers")
+    ws = make_ws()
+
+    @ws.tool("charge")
+    def charge(cents: int) -> int:
+        return cents
+
+    await asyncio.to_thread(ws.sync.start)
+    sent = count_sent(ws, monkeypatch)
+
+    assert await asyncio.to_thread(charge, 100, idempotency_key="c-1") == 100
+    await asyncio.to_thread(flush_cache_fills, ws)
+    assert sent == ["redis", "ledger", "ledger", "redis"]  # lease, intent, outcome, copy
+
+    sent.clear()
+    assert await asyncio.to_thread(charge, 100, idempotency_key="c-1") == 100
+    assert sent == ["redis"]  # the replay: the claim finds the copy
+
+
+async def test_a_look_holding_the_lease_lets_it_go_to_the_call_leading_its_key(
+    backend: str, make_ws: MakeWriteSafe
+) -> None:
+    """Two sync calls of one key in one process may reach the loop thread in another order than
+    their looks reached Redis. The one whose look took the lease then follows the one leading,
+    so it lets the lease go; kept, the leader would poll its own process's lease until its wait
+    ran out (IN_PROGRESS)."""
+    if backend != "postgres+redis":
+        pytest.skip("only a Redis look takes a lease")
+    ws = make_ws()
+    effects: list[int] = []
+
+    @ws.tool("charge")
+    def charge(cents: int) -> int:
+        effects.append(cents)
+        return cents
+
+    await asyncio.to_thread(ws.sync.start)
+    loop_thread = ws.sync._loop_thread()
+    twin = loop_thread.twin
+    guard = twin.started_guard
+    assert guard is not None
+    call = charge.tool.prepare((100,), {}, "c-1", "default", None)
+    holding, busy = guard.look_now(call), guard.look_now(call)
+    states = [
+        None if look is None or look.store is None else look.store.state for look in (holding, busy)
+    ]
+    assert states == [LeaseState.ACQUIRED, LeaseState.BUSY]
+    assert holding is not None
+    assert busy is not None
+
+    def run(look: Look) -> Any:
+        return loop_thread.run(lambda: charge.tool.run(call, through=twin, look=look))
+
+    leading = asyncio.ensure_future(asyncio.to_thread(run, busy))
+    await asyncio.sleep(0.2)  # it leads, and polls the lease the other look holds
+    following = asyncio.ensure_future(asyncio.to_thread(run, holding))
+    answers = await asyncio.gather(leading, following, return_exceptions=True)
+
+    assert not [a for a in answers if isinstance(a, BaseException)], answers
+    assert [(a.value, a.replayed) for a in answers] == [(100, False), (100, True)]
+    assert effects == [100]
+
+
+def open_files(path: Path) -> int:
+    """How many file descriptors of this process are open on `path`."""
+    count = 0
+    for fd in Path("/proc/self/fd").iterdir():
+        with contextlib.suppress(OSError):
+            count += fd.readlink() == path
+    return count
+
+
+async def test_a_thread_per_request_keeps_no_read_connection_per_thread(
+    backend: str, make_ws: MakeWriteSafe
+) -> None:
+    """A server that makes a thread per request (Django's runserver) reads the embedded ledger
+    on each one: the read connections are reused, not left open one per finished thread."""
+    if backend != "sqlite":
+        pytest.skip("only the embedded ledger reads on the calling thread")
+    ws = make_ws()
+
+    @ws.tool("charge")
+    def charge(cents: int) -> int:
+        return cents
+
+    def request() -> None:
+        worker = threading.Thread(target=charge, args=(100,), kwargs={"idempotency_key": "c-1"})
+        worker.start()
+        worker.join()
+
+    await asyncio.to_thread(request)
+    ledger = await asyncio.to_thread(Path(sqlite_path(ws.settings.database_url)).resolve)
+    opened = open_files(ledger)
+    for _ in range(20):
+        await asyncio.to_thread(request)
+
+    assert open_files(ledger) <= opened + 1
 
 
 async def test_a_sync_replay_with_redis_down_is_the_ledgers(make_ws: MakeWriteSafe) -> None:
@@ -491,8 +638,9 @@ async def test_a_sync_replay_with_redis_down_is_the_ledgers(make_ws: MakeWriteSa
 
     assert (first.replayed, again.replayed, again.value) == (False, True, 100)
     assert effects == [100]
-    # The calling thread's read degrades as the loop's commands do: no answer, the breaker open.
+    # The calling thread's claim degrades as the loop's commands do: no lease, the breaker open.
     store = RedisKeyStore("redis://127.0.0.1:1/0", prefix="ws-test-down")  # its breaker closed
-    assert await asyncio.to_thread(store.cached_now, "default", "c-1") is None
+    claim = await asyncio.to_thread(store.claim_now, "default", "c-1", "owner/print", 1.0)
+    assert claim.state is LeaseState.UNAVAILABLE
     assert not store.available
     await store.close()

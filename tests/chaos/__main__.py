@@ -5,8 +5,11 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import signal
 import sys
+from collections.abc import Coroutine
 from pathlib import Path
+from typing import Any
 
 from rich.console import Console
 from rich.table import Table
@@ -87,6 +90,14 @@ def verdict_json(report: Report) -> dict[str, object]:
     }
 
 
+async def until_terminated(run: Coroutine[Any, Any, Report]) -> Report:
+    """Run `run`; SIGTERM cancels it as Ctrl-C does, so a run stopped from outside (a job in the
+    background ignores SIGINT) still removes its role, schema and servers."""
+    task = asyncio.ensure_future(run)
+    asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, task.cancel)
+    return await task
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--orders", type=int, default=500)
@@ -138,17 +149,20 @@ def main() -> None:
         downstream=Downstream(args.downstream),
     )
     console = Console()
-    report = asyncio.run(
-        run_chaos(
-            args.orders,
-            args.workers,
-            args.seed,
-            concurrency=args.concurrency,
-            reconcilers=args.reconcilers,
-            plan=plan,
-            log=console.print,
-        )
+    run = run_chaos(
+        args.orders,
+        args.workers,
+        args.seed,
+        concurrency=args.concurrency,
+        reconcilers=args.reconcilers,
+        plan=plan,
+        log=console.print,
     )
+    try:
+        report = asyncio.run(until_terminated(run))
+    except asyncio.CancelledError:
+        console.print("stopped (SIGTERM); its role, schema and servers are removed")
+        sys.exit(2)
     console.print(summary(report))
     if args.json is not None:
         args.json.write_text(json.dumps(verdict_json(report), indent=2) + "\n")

@@ -385,6 +385,25 @@ async def _ledger_rows(pg_url: str, role: str) -> dict[str, LedgerRow]:
     }
 
 
+async def _keep_evidence(pg_url: str, role: str, refs: list[str], path: Path) -> None:
+    """The ledger's operation and attempt rows of the orders a check flagged, kept beside the
+    run's journals and shop before the schema is dropped: a violation must be explainable."""
+    connection = await asyncpg.connect(_dsn(pg_url), server_settings={"search_path": role})
+    try:
+        operations = await connection.fetch(
+            "SELECT * FROM writesafe_operations WHERE key = ANY($1::text[]) ORDER BY key", refs
+        )
+        attempts = await connection.fetch(
+            "SELECT o.key, a.* FROM writesafe_attempts a JOIN writesafe_operations o "
+            "ON o.id = a.operation_id WHERE o.key = ANY($1::text[]) ORDER BY o.key, a.id",
+            refs,
+        )
+    finally:
+        await connection.close()
+    rows = {"operations": [dict(r) for r in operations], "attempts": [dict(r) for r in attempts]}
+    await asyncio.to_thread(path.write_text, json.dumps(rows, indent=1, default=str))
+
+
 async def _settled(pg_url: str, role: str, deadline: float) -> None:
     """Wait until the reconcilers have resolved everything they can."""
     pending = (Status.IN_FLIGHT.value, Status.OUTCOME_UNKNOWN.value)
@@ -504,6 +523,10 @@ async def run_chaos(
         report.verdict = check(
             plan, order_refs(seed, orders), shop_orders, shop_faults, ledger_rows, journal
         )
+        flagged = sorted({ref for refs in report.verdict.violations.values() for ref in refs})
+        if flagged:
+            await _keep_evidence(pg_url, role, flagged, run_dir / "evidence.json")
+            log(f"the flagged orders' ledger rows: {run_dir / 'evidence.json'}")
         return report
     finally:
         workers_left = [] if pool is None else list(pool.processes.values())

@@ -43,7 +43,8 @@ class StallPoint(StrEnum):
     """Where an execution that stalls before its send stops its own process."""
 
     BEFORE_FENCE = "before_fence"  # in the tool, before its request: the fence's to refuse
-    AFTER_FENCE = "after_fence"  # after the fence admitted the send: only the downstream can
+    AFTER_FENCE = "after_fence"  # after the fence admitted the request: the check at its write's
+    AT_WRITE = "at_write"  # after that check, as the write starts: only the downstream can refuse
 
 
 class Downstream(StrEnum):
@@ -96,8 +97,9 @@ class Plan:
     `duplicate_rate` of orders are submitted by a second worker process too (a duplicate from
     another process); `stall_rate` of executions stop their own process just before they send
     (the harness continues it after a writer stall), `after_fence_share` of those after the
-    fence admitted the send; `skew_seconds` is the largest clock offset of a client worker or
-    reconciler process (0: every process keeps the machine's clock).
+    fence admitted the send (half of them before the check at the write, half after it);
+    `skew_seconds` is the largest clock offset of a client worker or reconciler process (0:
+    every process keeps the machine's clock).
     """
 
     seed: int
@@ -126,9 +128,9 @@ class Plan:
         rng = random.Random(f"{self.seed}/{ref}/{execution}/stall")
         if rng.random() >= self.stall_rate:
             return None
-        if rng.random() < self.after_fence_share:
-            return StallPoint.AFTER_FENCE
-        return StallPoint.BEFORE_FENCE
+        if rng.random() >= self.after_fence_share:
+            return StallPoint.BEFORE_FENCE
+        return StallPoint.AFTER_FENCE if rng.random() < 0.5 else StallPoint.AT_WRITE
 
     def describe(self) -> str:
         weights = ", ".join(f"{k.value}={v:.2f}" for k, v in self.weights.items())

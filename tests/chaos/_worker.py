@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import time
 import traceback
 from collections import Counter
 from pathlib import Path
@@ -74,7 +75,9 @@ class Agent:
 
     def _write(self, entry: dict[str, Any]) -> None:
         self._remember(entry)
-        self._journal.write(json.dumps(entry) + "\n")
+        # The time helps to read a violation against the shop's and the ledger's; it is this
+        # process's clock, skew included (the worker's log names its skew).
+        self._journal.write(json.dumps({**entry, "at": time.time()}) + "\n")
         self._journal.flush()
 
     def payload(self, ref: str) -> dict[str, Any]:

@@ -6,8 +6,9 @@ and `writesafe reconcile tests.chaos.app:ws --watch` workers — loads the same 
 The tool sends through writesafe's httpx integration (`fenced_client`): every request passes the
 execution's fence and carries its key and fencing token. Where the plan says so, an execution
 stops its own process just before its send: in the tool, before the fence (the fence's to refuse
-once the process is continued), or inside the transport after the fence admitted the request
-(only a downstream that checks the token can refuse that one).
+once the process is continued), inside the transport after the fence admitted the request (the
+fence's check at the write refuses it), or as the write starts, after that check (only a
+downstream that checks the token can refuse that one).
 """
 
 from __future__ import annotations
@@ -46,10 +47,21 @@ def stall_here(point: StallPoint) -> None:
 
 
 class _StallAfterFence(httpx.AsyncHTTPTransport):
-    """httpx's own transport, under the fenced one: a stall here comes after the fence."""
+    """httpx's own transport, under the fenced one: a stall here comes after the fence admitted
+    the request, either before its write (the fence's check at the write refuses it) or as the
+    write starts, after that check (only a downstream that checks the token can refuse that)."""
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
         stall_here(StallPoint.AFTER_FENCE)
+        fenced = request.extensions.get("trace")  # the fenced transport's check at the write
+        if fenced is not None:
+
+            async def check_then_stall(event: str, info: dict[str, Any]) -> None:
+                await fenced(event, info)
+                if event.endswith(".send_request_headers.started"):
+                    stall_here(StallPoint.AT_WRITE)
+
+            request.extensions["trace"] = check_then_stall
         return await super().handle_async_request(request)
 
 

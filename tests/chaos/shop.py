@@ -105,9 +105,12 @@ def create_app(db_path: str, plan: Plan) -> FastAPI:
         )
         return True
 
-    async def commit_later(order: OrderRequest) -> None:
+    async def commit_later(order: OrderRequest, token: int | None) -> None:
         await asyncio.sleep(timings.late_commit)
-        commit(order)
+        # A fenced downstream checks the token where it writes: a newer execution's request
+        # may have arrived while this one waited to commit.
+        if not stale(order.ref, token):
+            commit(order)
 
     @app.post("/orders", status_code=201)
     async def submit(
@@ -128,7 +131,7 @@ def create_app(db_path: str, plan: Plan) -> FastAPI:
             await asyncio.sleep(timings.hang)
             return JSONResponse({"reason": "gave up"}, status_code=503)
         if fault is Fault.COMMIT_LATE:
-            task = asyncio.create_task(commit_later(order))
+            task = asyncio.create_task(commit_later(order, fencing_token))
             background.add(task)
             task.add_done_callback(background.discard)
             await asyncio.sleep(timings.hang)

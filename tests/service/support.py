@@ -4,7 +4,7 @@ clients that reach the app either in-process (ASGI) or through uvicorn on loopba
 from __future__ import annotations
 
 import contextlib
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -12,7 +12,7 @@ import httpx
 from fastapi import FastAPI
 
 from tests.loopback import on_loopback
-from writesafe import Found, ToolError, Unknown, WriteSafe
+from writesafe import Found, Tool, ToolError, Unknown, WriteSafe
 from writesafe.ledger import ApiKeys, Role, Status
 from writesafe.reconciler import PROBLEM_MEDIA_TYPE
 from writesafe.service import create_api_key
@@ -23,12 +23,14 @@ SCOPES = ("tenant-a", "tenant-b")
 
 @dataclass
 class Service:
-    """A running service: its WriteSafe, its base URL and transport, and one key per scope+role."""
+    """A running service: its WriteSafe, its base URL and transport, one key per scope+role, and
+    the two tenants (scopes) of those keys."""
 
     ws: WriteSafe
     base_url: str
     transport: httpx.AsyncBaseTransport | None
     tokens: dict[tuple[str, Role], str] = field(default_factory=dict)
+    scopes: tuple[str, str] = SCOPES
 
     def client(
         self, token: str | None = None, headers: dict[str, str] | None = None
@@ -45,10 +47,10 @@ class Service:
         return self.client(self.tokens[scope, role])
 
 
-async def issue_keys(ws: WriteSafe) -> dict[tuple[str, Role], str]:
+async def issue_keys(ws: WriteSafe, scopes: Sequence[str] = SCOPES) -> dict[tuple[str, Role], str]:
     store = ApiKeys(ws.ledger.engine)
     tokens = {}
-    for scope in SCOPES:
+    for scope in scopes:
         for role in Role:
             _, tokens[scope, role] = await create_api_key(
                 store, scope=scope, role=role, name=f"{scope}-{role.value}"
@@ -58,20 +60,10 @@ async def issue_keys(ws: WriteSafe) -> dict[tuple[str, Role], str]:
 
 async def seed(ws: WriteSafe, scope: str, prefix: str = "") -> dict[str, Status]:
     """One operation per status in `scope` (keys `<prefix>ok`, `<prefix>denied`, …); the tool's
-    lookup finds the `lost` order and cannot tell about the `stuck` one."""
-
-    async def find_order(op: Any) -> Found | Unknown:
-        # The shop did take the order whose response was lost; the stuck one nobody can tell.
-        return Found({"order_id": "o-found"}) if op.key.endswith("lost") else Unknown("no idea")
-
-    @ws.tool(f"{prefix}submit_order", lookup=find_order)
-    async def submit_order(order: dict[str, Any]) -> dict[str, Any]:
-        if order.get("fail"):
-            raise ToolError("ACCESS_DENIED", "the shop refused")
-        if order.get("lose"):
-            raise httpx.ReadTimeout("sent, then lost")
-        return {"order_id": f"o-{order['n']}", "sku": order.get("sku")}
-
+    lookup finds the `lost` order and cannot tell about the `stuck` one. The tool is registered
+    on the first seed of `ws` and reused by later ones (of other scopes)."""
+    name = f"{prefix}submit_order"
+    submit_order = ws.tools.get(name) or _order_tool(ws, name)
     await submit_order({"n": 1, "sku": "A1"}, idempotency_key=f"{prefix}ok", scope=scope)
     for key, order in ((f"{prefix}denied", {"fail": True}), (f"{prefix}lost", {"lose": True})):
         with contextlib.suppress(Exception):
@@ -87,6 +79,22 @@ async def seed(ws: WriteSafe, scope: str, prefix: str = "") -> dict[str, Status]
         f"{prefix}lost": Status.OUTCOME_UNKNOWN,
         f"{prefix}stuck": Status.NEEDS_ATTENTION,
     }
+
+
+def _order_tool(ws: WriteSafe, name: str) -> Tool[dict[str, Any]]:
+    async def find_order(op: Any) -> Found | Unknown:
+        # The shop did take the order whose response was lost; the stuck one nobody can tell.
+        return Found({"order_id": "o-found"}) if op.key.endswith("lost") else Unknown("no idea")
+
+    @ws.tool(name, lookup=find_order)
+    async def submit_order(order: dict[str, Any]) -> dict[str, Any]:
+        if order.get("fail"):
+            raise ToolError("ACCESS_DENIED", "the shop refused")
+        if order.get("lose"):
+            raise httpx.ReadTimeout("sent, then lost")
+        return {"order_id": f"o-{order['n']}", "sku": order.get("sku")}
+
+    return submit_order
 
 
 @contextlib.asynccontextmanager

@@ -1,18 +1,81 @@
-"""The console's rules without a browser: sessions, CSRF, roles, tenants, and the hourly chart."""
+"""The console's rules without a browser: sessions, CSRF, roles, tenants, and the hourly chart.
+
+One started service per backend and transport serves the whole module (a ledger migrated once,
+one uvicorn); each test meets it in two tenants of its own, with keys of its own, so no test sees
+another's operations, sessions or revocations.
+"""
 
 from __future__ import annotations
 
 import contextlib
+import itertools
 import re
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 
 import httpx
 import pytest
+import pytest_asyncio
 
-from tests.service.support import Service, seed
+from tests.conftest import BACKENDS, ConnectionBudget, fresh_prefix, fresh_schema, store_arguments
+from tests.service.support import Service, issue_keys, seed, served
+from writesafe import WriteSafe
 from writesafe.ledger import ApiKeys, Role, Status
+from writesafe.service import create_app
 from writesafe.service._console_chart import HEIGHT, hourly_chart
+
+# The async tests run on the module's event loop, the loop of the shared service.
+on_the_module_loop = pytest.mark.asyncio(loop_scope="module")
+_tenants = itertools.count()
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="module", params=BACKENDS)
+async def started(
+    request: pytest.FixtureRequest,
+    tmp_path_factory: pytest.TempPathFactory,
+    connection_budget: ConnectionBudget,
+) -> AsyncIterator[WriteSafe]:
+    """A started WriteSafe on isolated stores of the backend, for every test of the module."""
+    with contextlib.ExitStack() as stack:
+        if request.param != "sqlite":
+            # The one connection that migrates, and that makes and drops the schema; the tests'
+            # own connections count against their slots (see `service`).
+            stack.enter_context(connection_budget.hold(1))
+        options = store_arguments(
+            request.param,
+            tmp_path_factory.mktemp("console"),
+            lambda: stack.enter_context(fresh_schema()),
+            lambda: stack.enter_context(fresh_prefix()),
+        )
+        ws = WriteSafe(**options)
+        try:
+            await ws.start()
+            yield ws
+        finally:
+            await ws.close()
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="module", params=["asgi", "uvicorn"])
+async def reached(
+    request: pytest.FixtureRequest, started: WriteSafe
+) -> AsyncIterator[tuple[str, httpx.AsyncBaseTransport | None]]:
+    """The service of `started`, in-process or through one uvicorn on loopback."""
+    async with served(create_app(started), request.param) as base_url_and_transport:
+        yield base_url_and_transport
+
+
+@pytest_asyncio.fixture(loop_scope="module")
+async def service(
+    started: WriteSafe, reached: tuple[str, httpx.AsyncBaseTransport | None]
+) -> AsyncIterator[Service]:
+    """The module's service, with two fresh tenants for this test and one key per role in each."""
+    n = next(_tenants)
+    scopes = (f"tenant-a-{n}", f"tenant-b-{n}")
+    tokens = await issue_keys(started, scopes)
+    yield Service(started, *reached, tokens, scopes)
+    if not started.ledger.is_sqlite:
+        # Between tests no PostgreSQL connection stays open outside the budget's slots.
+        await started.ledger.close()
 
 
 @contextlib.asynccontextmanager
@@ -35,13 +98,15 @@ def _csrf(page: httpx.Response) -> str:
     return found.group(1)
 
 
+@on_the_module_loop
 async def test_no_session_leads_to_the_login_form(service: Service) -> None:
+    tenant_a = service.scopes[0]
     async with service.client() as client:
         for path in ("/console/", "/console/operations", "/console/operations/ok"):
             response = await client.get(path)
             assert (response.status_code, response.headers["location"]) == (303, "/console/login")
         # A Bearer header is the API's way in, not the console's: keys stay out of pages' reach.
-        bearer = {"Authorization": f"Bearer {service.tokens['tenant-a', Role.OPERATOR]}"}
+        bearer = {"Authorization": f"Bearer {service.tokens[tenant_a, Role.OPERATOR]}"}
         assert (await client.get("/console/", headers=bearer)).status_code == 303
         form = await client.get("/console/login")
     assert form.status_code == 200
@@ -50,23 +115,26 @@ async def test_no_session_leads_to_the_login_form(service: Service) -> None:
     assert form.headers["cache-control"] == "no-store"
 
 
+@on_the_module_loop
 async def test_the_session_cookie_is_http_only_strict_and_ends_with_the_key(
     service: Service,
 ) -> None:
-    await seed(service.ws, "tenant-a")
-    async with signed_in(service, "tenant-a", Role.OPERATOR) as client:
+    tenant_a = service.scopes[0]
+    await seed(service.ws, tenant_a)
+    async with signed_in(service, tenant_a, Role.OPERATOR) as client:
         cookie = next(c for c in client.cookies.jar if c.name == "writesafe_console")
         assert cookie.path == "/console"
         assert cookie.has_nonstandard_attr("HttpOnly")
         assert cookie.get_nonstandard_attr("SameSite") == "strict"
         assert (await client.get("/console/")).status_code == 200
 
-        key_id = service.tokens["tenant-a", Role.OPERATOR].split("_")[1]
+        key_id = service.tokens[tenant_a, Role.OPERATOR].split("_")[1]
         assert await ApiKeys(service.ws.ledger.engine).revoke(key_id) is not None
         revoked = await client.get("/console/")
     assert (revoked.status_code, revoked.headers["location"]) == (303, "/console/login")
 
 
+@on_the_module_loop
 async def test_a_wrong_key_is_refused_and_no_session_opens(service: Service) -> None:
     async with service.client() as client:
         response = await client.post(
@@ -87,30 +155,34 @@ async def test_a_wrong_key_is_refused_and_no_session_opens(service: Service) -> 
         {"Sec-Fetch-Site": "cross-site"},
     ],
 )
+@on_the_module_loop
 async def test_forms_sent_from_another_origin_are_refused(
     service: Service, headers: dict[str, str]
 ) -> None:
-    await seed(service.ws, "tenant-a")
-    async with signed_in(service, "tenant-a", Role.OPERATOR) as client:
+    tenant_a, tenant_b = service.scopes
+    await seed(service.ws, tenant_a)
+    async with signed_in(service, tenant_a, Role.OPERATOR) as client:
         csrf = _csrf(await client.get("/console/operations/lost"))
         form = {"csrf": csrf, "outcome": "failed", "reason": "r"}
         resolved = await client.post("/console/operations/lost", data=form, headers=headers)
         login = await client.post(
-            "/console/login", data={"api_key": service.tokens["tenant-b", Role.OPERATOR]},
+            "/console/login", data={"api_key": service.tokens[tenant_b, Role.OPERATOR]},
             headers=headers,
         )  # fmt: skip
     assert resolved.status_code == 403
     assert login.status_code == 403
-    status = await service.ws.status("lost", scope="tenant-a")
+    status = await service.ws.status("lost", scope=tenant_a)
     assert status is not None
     assert status.status is Status.OUTCOME_UNKNOWN
 
 
+@on_the_module_loop
 async def test_a_form_without_the_sessions_token_changes_nothing(service: Service) -> None:
-    await seed(service.ws, "tenant-a")
+    tenant_a, tenant_b = service.scopes
+    await seed(service.ws, tenant_a)
     async with (
-        signed_in(service, "tenant-a", Role.OPERATOR) as operator,
-        signed_in(service, "tenant-b", Role.OPERATOR) as other,
+        signed_in(service, tenant_a, Role.OPERATOR) as operator,
+        signed_in(service, tenant_b, Role.OPERATOR) as other,
     ):
         foreign = _csrf(await other.get("/console/"))  # a real token, of another session
         for csrf in ("", "0" * 64, foreign):
@@ -119,14 +191,16 @@ async def test_a_form_without_the_sessions_token_changes_nothing(service: Servic
             assert response.status_code == 403, csrf
         logout = await operator.post("/console/logout", data={"csrf": foreign})
         assert logout.status_code == 403
-    status = await service.ws.status("lost", scope="tenant-a")
+    status = await service.ws.status("lost", scope=tenant_a)
     assert status is not None
     assert status.status is Status.OUTCOME_UNKNOWN
 
 
+@on_the_module_loop
 async def test_a_reader_sees_the_timeline_but_cannot_resolve(service: Service) -> None:
-    await seed(service.ws, "tenant-a")
-    async with signed_in(service, "tenant-a", Role.READER) as reader:
+    tenant_a = service.scopes[0]
+    await seed(service.ws, tenant_a)
+    async with signed_in(service, tenant_a, Role.READER) as reader:
         page = await reader.get("/console/operations/stuck")
         assert page.status_code == 200
         assert 'class="resolve"' not in page.text
@@ -134,15 +208,17 @@ async def test_a_reader_sees_the_timeline_but_cannot_resolve(service: Service) -
         form = {"csrf": _csrf(page), "outcome": "failed", "reason": "r"}
         response = await reader.post("/console/operations/stuck", data=form)
     assert response.status_code == 403
-    status = await service.ws.status("stuck", scope="tenant-a")
+    status = await service.ws.status("stuck", scope=tenant_a)
     assert status is not None
     assert status.status is Status.NEEDS_ATTENTION
 
 
+@on_the_module_loop
 async def test_an_operator_resolves_only_in_its_own_tenant(service: Service) -> None:
-    await seed(service.ws, "tenant-a")
-    await seed(service.ws, "tenant-b", prefix="b-")
-    async with signed_in(service, "tenant-a", Role.OPERATOR) as operator:
+    tenant_a, tenant_b = service.scopes
+    await seed(service.ws, tenant_a)
+    await seed(service.ws, tenant_b, prefix="b-")
+    async with signed_in(service, tenant_a, Role.OPERATOR) as operator:
         csrf = _csrf(await operator.get("/console/"))
         listing = await operator.get("/console/operations")
         foreign_page = await operator.get("/console/operations/b-lost")
@@ -166,7 +242,7 @@ async def test_an_operator_resolves_only_in_its_own_tenant(service: Service) -> 
     assert (own.status_code, own.headers["location"]) == (303, "/console/operations/lost")
     assert "resolved as failed by api-key:" in timeline.text
     assert "not in the shop" in timeline.text
-    untouched = await service.ws.status("b-lost", scope="tenant-b")
+    untouched = await service.ws.status("b-lost", scope=tenant_b)
     assert untouched is not None
     assert untouched.status is Status.OUTCOME_UNKNOWN
 
@@ -180,24 +256,28 @@ async def test_an_operator_resolves_only_in_its_own_tenant(service: Service) -> 
         ({"outcome": "maybe", "reason": "r"}, "outcome"),
     ],
 )
+@on_the_module_loop
 async def test_a_bad_verdict_is_shown_back_and_changes_nothing(
     service: Service, form: dict[str, str], message: str
 ) -> None:
-    await seed(service.ws, "tenant-a")
-    async with signed_in(service, "tenant-a", Role.OPERATOR) as operator:
+    tenant_a = service.scopes[0]
+    await seed(service.ws, tenant_a)
+    async with signed_in(service, tenant_a, Role.OPERATOR) as operator:
         csrf = _csrf(await operator.get("/console/operations/stuck"))
         response = await operator.post("/console/operations/stuck", data={"csrf": csrf, **form})
     assert response.status_code == 422
     assert message in response.text
     assert 'class="resolve"' in response.text  # the form again, with what was typed
-    status = await service.ws.status("stuck", scope="tenant-a")
+    status = await service.ws.status("stuck", scope=tenant_a)
     assert status is not None
     assert status.status is Status.NEEDS_ATTENTION
 
 
+@on_the_module_loop
 async def test_a_settled_operation_is_refused_with_the_reason(service: Service) -> None:
-    await seed(service.ws, "tenant-a")
-    async with signed_in(service, "tenant-a", Role.OPERATOR) as operator:
+    tenant_a = service.scopes[0]
+    await seed(service.ws, tenant_a)
+    async with signed_in(service, tenant_a, Role.OPERATOR) as operator:
         page = await operator.get("/console/operations/ok")
         assert "is not waiting for a verdict" in page.text
         form = {"csrf": _csrf(page), "outcome": "failed", "reason": "r"}
@@ -206,8 +286,10 @@ async def test_a_settled_operation_is_refused_with_the_reason(service: Service) 
     assert "only needs_attention and outcome_unknown operations" in response.text
 
 
+@on_the_module_loop
 async def test_filters_that_do_not_parse_are_a_422_page(service: Service) -> None:
-    async with signed_in(service, "tenant-a", Role.OPERATOR) as operator:
+    tenant_a = service.scopes[0]
+    async with signed_in(service, tenant_a, Role.OPERATOR) as operator:
         bad_status = await operator.get("/console/operations?status=lost")
         bad_age = await operator.get("/console/operations?older_than=-5")
         bad_cursor = await operator.get("/console/operations?cursor=x")
@@ -246,12 +328,14 @@ def test_the_chart_stacks_each_hour_by_status_and_scales_to_the_peak() -> None:
     assert hourly_chart([], now).peak == 0
 
 
+@on_the_module_loop
 async def test_the_chart_counts_only_the_tenants_operations(service: Service) -> None:
-    await seed(service.ws, "tenant-a")
-    await seed(service.ws, "tenant-b", prefix="b-")
+    tenant_a, tenant_b = service.scopes
+    await seed(service.ws, tenant_a)
+    await seed(service.ws, tenant_b, prefix="b-")
     ledger = service.ws.ledger
     counted = await ledger.count_by_hour(
-        scope="tenant-a", since=ledger.clock.now() - timedelta(hours=1)
+        scope=tenant_a, since=ledger.clock.now() - timedelta(hours=1)
     )
     assert sorted((status, n) for _, status, n in counted) == sorted(
         [
