@@ -60,39 +60,43 @@ class _Fencing:
         return fence
 
 
+class _WriteCheck:
+    """Checks a request's fence again, once, as its write starts (httpcore's `trace` event); a
+    transport that is not httpcore's never calls it: its requests are fenced once, when admitted."""
+
+    def __init__(self, fence: Fence) -> None:
+        self._fence = fence
+        self._checked = False  # one admission is checked (and withdrawn) at most once
+
+    def __call__(self, event: str) -> None:
+        if not self._checked and event.endswith(_WRITE_STARTS):
+            self._checked = True
+            self._fence.recheck()
+
+
 def _rechecking(fence: Fence, trace: AsyncTrace | None) -> AsyncTrace:
-    """A `trace` callback that checks `fence` again as the request's write starts, then calls
-    the request's own callback, if it had one (which must not wait: it runs between the check and
-    the write). A transport that is not httpcore's never calls it: its requests are fenced once,
-    when they are admitted."""
+    """The request's `trace` callback: the check at the write, then the request's own callback,
+    if it had one (which must not wait: it runs between the check and the write)."""
+    check = _WriteCheck(fence)
 
-    checked = False  # one admission is checked (and withdrawn) at most once
-
-    async def recheck_then_trace(event: str, info: dict[str, Any]) -> None:
-        nonlocal checked
-        if not checked and event.endswith(_WRITE_STARTS):
-            checked = True
-            fence.recheck()
+    async def check_then_trace(event: str, info: dict[str, Any]) -> None:
+        check(event)
         if trace is not None:
             await trace(event, info)
 
-    return recheck_then_trace
+    return check_then_trace
 
 
 def _rechecking_sync(fence: Fence, trace: SyncTrace | None) -> SyncTrace:
     """`_rechecking` for the sync transport."""
+    check = _WriteCheck(fence)
 
-    checked = False  # one admission is checked (and withdrawn) at most once
-
-    def recheck_then_trace(event: str, info: dict[str, Any]) -> None:
-        nonlocal checked
-        if not checked and event.endswith(_WRITE_STARTS):
-            checked = True
-            fence.recheck()
+    def check_then_trace(event: str, info: dict[str, Any]) -> None:
+        check(event)
         if trace is not None:
             trace(event, info)
 
-    return recheck_then_trace
+    return check_then_trace
 
 
 class FencedTransport(httpx.AsyncBaseTransport):

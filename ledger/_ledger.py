@@ -400,15 +400,7 @@ class Ledger:
                 operations.c.id == current.id,
                 operations.c.status.in_([Status.FAILED.value, Status.OUTCOME_UNKNOWN.value]),
             )
-            .values(
-                status=Status.OUTCOME_UNKNOWN.value,
-                error=None,
-                last_code=LATE_SEND,
-                last_sent_at=now,
-                next_check_at=now,
-                version=operations.c.version + 1,
-                updated_at=now,
-            )
+            .values(error=None, **_unknown_from(now, LATE_SEND))
         )
         async with self.engine.begin() as conn:
             await conn.execute(statement)
@@ -454,18 +446,9 @@ class Ledger:
                 operations.c.status == Status.IN_FLIGHT.value,
                 ran_out,
             )
-            .values(
-                status=Status.OUTCOME_UNKNOWN.value,
-                lease_owner=None,
-                lease_expires_at=None,
-                last_code=LEASE_EXPIRED,
-                # The old writer may have sent until its fence closed, which is before now: the
-                # settle window of its write counts from here (see `last_sent_at`).
-                last_sent_at=now,
-                next_check_at=now,
-                version=operations.c.version + 1,
-                updated_at=now,
-            )
+            # The old writer may have sent until its fence closed, which is before now: the
+            # settle window of its write counts from here (see `last_sent_at`).
+            .values(lease_owner=None, lease_expires_at=None, **_unknown_from(now, LEASE_EXPIRED))
             .returning(operations)
         )
         async with self.engine.begin() as conn:
@@ -706,6 +689,20 @@ def _operation_values(intent: Intent, at: Callable[[float], Moment]) -> dict[str
 
 LEASE_EXPIRED = "LEASE_EXPIRED"
 """`last_code` the reconciler gives an operation whose executing worker lost its lease."""
+
+
+def _unknown_from(now: ColumnElement[datetime] | datetime, code: str) -> dict[str, Any]:
+    """The values that make an operation `outcome_unknown` (for `code`) with its settle window,
+    and its next check, from `now`."""
+    return {
+        "status": Status.OUTCOME_UNKNOWN.value,
+        "last_code": code,
+        "last_sent_at": now,
+        "next_check_at": now,
+        "version": operations.c.version + 1,
+        "updated_at": now,
+    }
+
 
 _MAY_HAVE_SENT = frozenset({Status.SUCCEEDED, Status.OUTCOME_UNKNOWN})
 """How an execution ended when it may have had an effect."""

@@ -17,6 +17,7 @@ import httpx
 import pytest
 
 from tests.conftest import MakeWriteSafe
+from tests.test_fence import ORDER, call_as_a_client_would
 from writesafe import (
     Found,
     LookupOperation,
@@ -30,20 +31,6 @@ from writesafe import (
 LEASE = 1.0
 SETTLE = 0.5
 KEY = "ord-waits"
-ORDER = {"sku": "A1"}
-
-
-async def call_as_a_client_would(tool: Any, key: str) -> tuple[list[str], dict[str, Any]]:
-    """Call until there is a result, honouring `retry_after_ms`; the codes met on the way."""
-    codes: list[str] = []
-    for _ in range(100):
-        try:
-            result: dict[str, Any] = await tool(ORDER, idempotency_key=key)
-            return codes, result
-        except WriteSafeError as error:
-            codes.append(error.envelope.code)
-            await asyncio.sleep((error.envelope.retry_after_ms or 100) / 1000)
-    raise AssertionError(f"no result after {codes}")
 
 
 class _Orders(BaseHTTPRequestHandler):

@@ -13,7 +13,7 @@ from alembic.runtime.migration import MigrationContext
 from sqlalchemy import Connection
 from typer.testing import CliRunner
 
-from tests.conftest import PG_URL, _drop_schema, _pg_execute, run_sync
+from tests.conftest import PG_URL, fresh_schema
 from writesafe import WriteSafe
 from writesafe.cli import app
 from writesafe.ledger import Base, Ledger, LedgerNotMigrated, head_revision
@@ -98,12 +98,8 @@ def test_db_upgrade_reports_an_unreachable_database() -> None:
 @pytest.fixture
 def other_pg_schema(pg_schema: str) -> Iterator[str]:
     """A second empty schema beside `pg_schema`, dropped afterwards."""
-    name = f"{pg_schema}_other"
-    run_sync(_pg_execute(f'CREATE SCHEMA "{name}"'))
-    try:
+    with fresh_schema() as name:
         yield name
-    finally:
-        run_sync(_drop_schema(name))
 
 
 async def test_an_upgrade_waits_only_for_upgrades_of_its_own_schema(

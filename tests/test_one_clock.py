@@ -25,7 +25,9 @@ from writesafe.ledger import Intent, LeaseHeld, ManualClock
 pytestmark = pytest.mark.slow
 ROOT = Path(__file__).resolve().parent.parent
 FAKETIME = shutil.which("faketime")
-LEASE = 1.5
+# Long enough that the live write's renewals (every LEASE / 3) keep it under load too, and
+# still far inside the 30 s skew that must not expire it.
+LEASE = 5.0
 KEY = "ord-skew"
 
 
