@@ -563,7 +563,10 @@ async def test_expired_lease_hands_over_and_the_late_owner_is_fenced(
 
 
 async def test_lease_is_renewed_while_a_long_write_runs(make_ws: MakeWriteSafe) -> None:
-    ws = make_ws(lease_seconds=1.0, wait_timeout=0.1)
+    # 2 s, not 1: a renewal (every lease / 3) delayed past the fence (0.8 of the lease) by a
+    # loaded machine ends the write for real, which is not what this test is about.
+    lease = 2.0
+    ws = make_ws(lease_seconds=lease, wait_timeout=0.1)
     release = asyncio.Event()
 
     @ws.tool("long", timeout=None)
@@ -572,8 +575,8 @@ async def test_lease_is_renewed_while_a_long_write_runs(make_ws: MakeWriteSafe) 
         return "done"
 
     running = asyncio.create_task(long(idempotency_key="k"))
-    await asyncio.sleep(2.5)  # two and a half lease lengths: only renewal keeps it
-    other = make_ws(lease_seconds=1.0, wait_timeout=0.1)
+    await asyncio.sleep(lease * 2.5)  # two and a half lease lengths: only renewal keeps it
+    other = make_ws(lease_seconds=lease, wait_timeout=0.1)
     other_long = other.tool("long")(long.__wrapped__)  # type: ignore[attr-defined]
     with pytest.raises(WriteSafeError) as waiting:
         await other_long(idempotency_key="k")
