@@ -1,7 +1,9 @@
 """Sampling and summarising latencies, shared by the benchmarks.
 
 Measurements are interleaved in rounds so that load from other processes on a shared machine
-spreads over every series alike instead of skewing whichever ran during a busy moment.
+spreads over every series alike instead of skewing whichever ran during a busy moment; every other
+round runs the series in reverse, so that what runs just before a series (a sleep, a burst of
+writes) does not favour one series of a pair over the other.
 """
 
 from __future__ import annotations
@@ -44,8 +46,8 @@ async def measure(series: list[Series], *, rounds: int, per_round: int, warmup: 
         for _ in range(warmup):
             await one.sample(counter)
             counter += 1
-    for _ in range(rounds):
-        for one in series:
+    for round_number in range(rounds):
+        for one in series if round_number % 2 == 0 else reversed(series):
             for _ in range(per_round):
                 started = time.perf_counter()
                 own = await one.sample(counter)

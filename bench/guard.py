@@ -8,7 +8,10 @@ a concurrent duplicate arriving from another worker while the first is in flight
 with raw clients (Redis PING and GET, PostgreSQL SELECT 1 and a committed INSERT, a committed
 SQLite INSERT with the ledger's PRAGMAs). It prints p50/p99 and the ratios the targets are set on.
 Each backend's sync tool (a plain `def`, called blocking from this thread) is measured beside its
-async tool: first execution and replay, as a ratio to the async path's.
+async tool: first execution and replay, as a ratio to the async path's. PostgreSQL's paths are
+measured a second time with the client's clock in place of the server's (`clock=SystemClock()`,
+the statements as they were before the one clock), so the one clock's cost is a ratio of two
+series of the same run, not of two runs.
 
 The Redis floor is sent the way the guard sends its claim: packed by hand on a redis-py
 connection, past redis-py's command layer. A GET through redis-py's client is measured too, for
@@ -34,7 +37,7 @@ from bench._setup import asyncpg_dsn, isolated
 from bench._stats import Series, measure, us
 from writesafe import SyncTool, Tool, WriteSafe
 from writesafe.idempotency._redis_connections import RedisConnections, pack
-from writesafe.ledger import Intent, Outcome, Status, dumps_json
+from writesafe.ledger import Intent, Outcome, Status, SystemClock, dumps_json
 
 ORDER = {"sku": "A1", "qty": 1, "postcode": "560001"}
 DUPLICATE_WRITE_SECONDS = 0.01
@@ -45,7 +48,12 @@ FIRST_TARGET = 1.5
 REPLAY_TARGET = 2.0
 # The sync path against the async path, first execution and replay alike.
 SYNC_TARGET = 1.25
-SYNC_CALLS = ("first execution", "replay")
+# The calls that the same-run ratios (sync, one clock) compare.
+CALLS = ("first execution", "replay")
+# The server's clock against the client's, same call, same run (issue 13's budget).
+ONE_CLOCK_TARGET = 1.05
+ONE_CLOCK_BACKENDS = ("pg", "pg+redis")
+CLIENT_CLOCK = "client clock"
 
 SEQUENCE = "floor: PING, INSERT, INSERT, PING in sequence"
 CLIENT_GET = "(redis GET through redis-py's client)"
@@ -143,16 +151,42 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             redis_prefix=iso.redis_prefix,
             auto_migrate=True,
         )
-        all_ws = [embedded, embedded_b, pg_only, pg_only_b, full, full_b]
+        # The same stores judged by this process's clock: the statements before the one clock.
+        pg_client_clock = WriteSafe(
+            args.database_url, schema=iso.schema, auto_migrate=True, clock=SystemClock()
+        )
+        full_client_clock = WriteSafe(
+            args.database_url,
+            args.redis_url,
+            schema=iso.schema,
+            redis_prefix=iso.redis_prefix,
+            auto_migrate=True,
+            clock=SystemClock(),
+        )
+        all_ws = [
+            embedded,
+            embedded_b,
+            pg_only,
+            pg_only_b,
+            full,
+            full_b,
+            pg_client_clock,
+            full_client_clock,
+        ]
         try:
             for ws in all_ws:
                 await ws.start()
             tools = {"embedded": embedded, "pg": pg_only, "pg+redis": full}
             guarded_tools = {label: guarded(ws) for label, ws in tools.items()}
             sync_tools = {label: guarded_sync(ws) for label, ws in tools.items()}
-            for label, tool in guarded_tools.items():
+            client_clock_tools = {
+                f"{label} ({CLIENT_CLOCK})": guarded(ws)
+                for label, ws in (("pg", pg_client_clock), ("pg+redis", full_client_clock))
+            }
+            for label, tool in (guarded_tools | client_clock_tools).items():
                 await tool(ORDER, idempotency_key=f"{label}-replay")
-                sync_tools[label](ORDER, idempotency_key=f"{label}-sync-replay")
+            for label, sync_tool in sync_tools.items():
+                sync_tool(ORDER, idempotency_key=f"{label}-sync-replay")
             duplicates = {
                 "embedded": Duplicates(embedded, embedded_b, "embedded"),
                 "pg": Duplicates(pg_only, pg_only_b, "pg"),
@@ -226,6 +260,13 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
                     Series(f"{label}: sync first execution", _first_sync(sync_tool, label))
                 )
                 series.append(Series(f"{label}: sync replay", _replay_sync(sync_tool, label)))
+                client_clock_label = f"{label} ({CLIENT_CLOCK})"
+                if client_clock_label in client_clock_tools:
+                    # Next to the same call on the server's clock, so both meet the same load.
+                    same = client_clock_tools[client_clock_label]
+                    for call, sample in (("first execution", _first), ("replay", _replay)):
+                        name = f"{client_clock_label}: {call}"
+                        series.append(Series(name, sample(same, client_clock_label)))
             await measure(series, rounds=args.rounds, per_round=args.per_round)
             for label, dup in duplicates.items():
                 expected = len(_by_name(series, f"{label}: in-flight duplicate lag").seconds) + 20
@@ -303,7 +344,12 @@ def _report(series: list[Series], args: argparse.Namespace) -> dict[str, Any]:
     sync_ratios = {
         f"{label}: sync {call}": p50[f"{label}: sync {call}"] / p50[f"{label}: {call}"]
         for label in ("embedded", "pg", "pg+redis")
-        for call in SYNC_CALLS
+        for call in CALLS
+    }
+    one_clock_ratios = {
+        f"{label}: {call}": p50[f"{label}: {call}"] / p50[f"{label} ({CLIENT_CLOCK}): {call}"]
+        for label in ONE_CLOCK_BACKENDS
+        for call in CALLS
     }
     return {
         "rounds": args.rounds,
@@ -314,9 +360,14 @@ def _report(series: list[Series], args: argparse.Namespace) -> dict[str, Any]:
         "floor_us": {k: round(v * 1e6, 1) for k, v in floors.items()},
         "ratio_p50": {k: round(v, 2) for k, v in ratios.items()},
         "sync_ratio_p50": {k: round(v, 2) for k, v in sync_ratios.items()},
+        "one_clock_ratio_p50": {k: round(v, 2) for k, v in one_clock_ratios.items()},
         "targets": {
             f"{name} <= {SYNC_TARGET}x (the async path's)": ratio <= SYNC_TARGET
             for name, ratio in sync_ratios.items()
+        }
+        | {
+            f"{name} <= {ONE_CLOCK_TARGET}x (on the {CLIENT_CLOCK})": ratio <= ONE_CLOCK_TARGET
+            for name, ratio in one_clock_ratios.items()
         }
         | {
             "pg+redis first execution <= 1.5x (2 PING + 2 committed INSERT)": ratios[FIRST]
@@ -360,6 +411,12 @@ def _print(report: dict[str, Any]) -> None:
     for name, ratio in report["sync_ratio_p50"].items():
         sync.add_row(name, f"{ratio:.2f}x")
     console.print(sync)
+    one_clock = Table(title=f"p50 on the server's clock against the {CLIENT_CLOCK}, same run")
+    for column in ("call", "ratio"):
+        one_clock.add_column(column, justify="left" if column == "call" else "right")
+    for name, ratio in report["one_clock_ratio_p50"].items():
+        one_clock.add_row(name, f"{ratio:.2f}x")
+    console.print(one_clock)
     for target, met in report["targets"].items():
         console.print(f"{'MET ' if met else 'MISSED'}  {target}")
 
