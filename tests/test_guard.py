@@ -7,10 +7,9 @@ from typing import Any
 
 import httpx
 import pytest
-from redis.asyncio import Redis
-from sqlalchemy import event
 
 from tests.conftest import MakeWriteSafe
+from tests.round_trips import count_round_trips
 from writesafe import (
     NoCurrentOperation,
     Status,
@@ -19,9 +18,7 @@ from writesafe import (
     WriteSafeError,
     WriteSafeSettings,
 )
-from writesafe.idempotency._redis_connections import RedisConnections
 from writesafe.ledger import ManualClock
-from writesafe.ledger._pg_writer import PostgresWriter
 
 
 class Shop:
@@ -59,28 +56,6 @@ async def test_first_call_executes_and_duplicates_replay(make_ws: MakeWriteSafe)
     assert [(a.execution, a.outcome) for a in status.attempts] == [(1, "succeeded")]
 
 
-def count_round_trips(ws: WriteSafe, monkeypatch: pytest.MonkeyPatch) -> list[str]:
-    """Every command or statement that leaves the process from here on, in order, counted at
-    each boundary a round trip can cross: the key store's own connections, redis-py's client,
-    the PostgreSQL writer and SQLAlchemy's cursor."""
-    sent: list[str] = []
-
-    def counting(label: str, method: Any) -> Any:
-        async def counted(*args: Any, **kwargs: Any) -> Any:
-            sent.append(label)
-            return await method(*args, **kwargs)
-
-        return counted
-
-    monkeypatch.setattr(RedisConnections, "execute", counting("redis", RedisConnections.execute))
-    monkeypatch.setattr(Redis, "execute_command", counting("redis client", Redis.execute_command))
-    monkeypatch.setattr(PostgresWriter, "_run", counting("ledger", PostgresWriter._run))
-    event.listen(
-        ws.ledger.engine.sync_engine, "before_cursor_execute", lambda *_: sent.append("ledger")
-    )
-    return sent
-
-
 @pytest.mark.parametrize("backend", ["postgres+redis"])
 async def test_a_first_execution_makes_the_four_round_trips_of_its_floor(
     make_ws: MakeWriteSafe, monkeypatch: pytest.MonkeyPatch
@@ -90,7 +65,7 @@ async def test_a_first_execution_makes_the_four_round_trips_of_its_floor(
     ws, shop = make_ws(), Shop()
     submit = order_tool(ws, shop)
     await ws.start()
-    sent = count_round_trips(ws, monkeypatch)
+    sent = count_round_trips(ws.ledger.engine, monkeypatch)
 
     await submit({"sku": "A1"}, idempotency_key="ord-7")
     await ws._guard.flush()
@@ -109,7 +84,7 @@ async def test_a_replay_is_one_redis_round_trip_and_no_ledger_statement(
     submit = order_tool(ws, shop)
     first = await submit({"sku": "A1"}, idempotency_key="ord-7")
     await ws._guard.flush()  # the cache fill runs behind the first answer
-    sent = count_round_trips(ws, monkeypatch)
+    sent = count_round_trips(ws.ledger.engine, monkeypatch)
 
     assert await submit({"sku": "A1"}, idempotency_key="ord-7") == first
     assert sent == ["redis"]

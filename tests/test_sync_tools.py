@@ -16,10 +16,9 @@ from typing import Any
 
 import pytest
 from prometheus_client import REGISTRY
-from redis.asyncio import Redis
-from sqlalchemy import event
 
 from tests.conftest import MakeWriteSafe
+from tests.round_trips import count_round_trips
 from writesafe import (
     Found,
     LookupOperation,
@@ -34,9 +33,7 @@ from writesafe import (
 )
 from writesafe.idempotency._guard import Look
 from writesafe.idempotency._keystore import LeaseState, RedisKeyStore
-from writesafe.idempotency._redis_connections import BlockingRedisConnections, RedisConnections
 from writesafe.ledger._engine import sqlite_path
-from writesafe.ledger._pg_writer import PostgresWriter
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -490,35 +487,6 @@ async def test_a_finished_key_is_answered_on_the_calling_thread(
     assert effects == [100]
 
 
-def count_sent(ws: WriteSafe, monkeypatch: pytest.MonkeyPatch) -> list[str]:
-    """Every command or statement the sync face's stores send from here on, on any thread: the
-    key store's own connections (the loop's and the blocking ones), redis-py's client, the
-    PostgreSQL writer and SQLAlchemy's cursor."""
-    sent: list[str] = []
-
-    def counting(label: str, method: Any) -> Any:
-        async def counted(*args: Any, **kwargs: Any) -> Any:
-            sent.append(label)
-            return await method(*args, **kwargs)
-
-        return counted
-
-    def blocking(*args: Any, **kwargs: Any) -> Any:
-        sent.append("redis")
-        return execute_now(*args, **kwargs)
-
-    execute_now = BlockingRedisConnections.execute
-    monkeypatch.setattr(BlockingRedisConnections, "execute", blocking)
-    monkeypatch.setattr(RedisConnections, "execute", counting("redis", RedisConnections.execute))
-    monkeypatch.setattr(Redis, "execute_command", counting("redis client", Redis.execute_command))
-    monkeypatch.setattr(PostgresWriter, "_run", counting("ledger", PostgresWriter._run))
-    twin = ws.sync._loop_thread().twin
-    event.listen(
-        twin.ledger.engine.sync_engine, "before_cursor_execute", lambda *_: sent.append("ledger")
-    )
-    return sent
-
-
 async def test_a_sync_first_execution_makes_the_round_trips_of_the_async_one(
     backend: str, make_ws: MakeWriteSafe, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -533,7 +501,7 @@ async def test_a_sync_first_execution_makes_the_round_trips_of_the_async_one(
         return cents
 
     await asyncio.to_thread(ws.sync.start)
-    sent = count_sent(ws, monkeypatch)
+    sent = count_round_trips(ws.sync._loop_thread().twin.ledger.engine, monkeypatch)
 
     assert await asyncio.to_thread(charge, 100, idempotency_key="c-1") == 100
     await asyncio.to_thread(flush_cache_fills, ws)
