@@ -37,7 +37,7 @@ from sqlalchemy import cast as sql_cast
 from sqlalchemy.engine import URL
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
-from writesafe.ledger._clock import Clock, StoreTime, SystemClock
+from writesafe.ledger._clock import Clock, SystemClock, store_time
 from writesafe.ledger._engine import (
     create_engine,
     is_sqlite,
@@ -306,7 +306,7 @@ class Ledger:
         """The ledger's time plus `offset` seconds, for a hot write to record: the server's own
         `now()` as the statement runs, else the given clock's time."""
         if self.server_clock:
-            return StoreTime(offset)
+            return store_time(offset)
         return self.clock.now() + timedelta(seconds=offset)
 
     def _now_sql(self, offset: float = 0.0) -> ColumnElement[datetime] | datetime:
