@@ -502,13 +502,12 @@ class Guard:
         )
         token = set_current(context)
         try:
-            deadline = asyncio.timeout(call.tool.timeout)
             try:
                 fence.check()  # a stall since the claim may have cost the lease: send nothing
-                async with deadline, fence:
+                async with fence.run_for(call.tool.timeout):  # one timer for both
                     value = await call.invoke()
             except BaseException as error:
-                classification = self._classify(call, error, deadline.expired(), fence)
+                classification = self._classify(call, error, fence.timed_out(), fence)
                 if _leaving(error):
                     # The caller is going away: record what we know, then let it go.
                     outcome = failure_outcome(classification)
