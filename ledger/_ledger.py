@@ -307,7 +307,9 @@ class Ledger:
         `now()` as the statement runs, else the given clock's time."""
         if self.server_clock:
             return store_time(offset)
-        return self.clock.now() + timedelta(seconds=offset)
+        now = self.clock.now()
+        # The offset's timedelta is made once (with its `StoreTime`), and none for no offset.
+        return now + store_time(offset).interval if offset else now
 
     def _now_sql(self, offset: float = 0.0) -> ColumnElement[datetime] | datetime:
         """`_at` for statements built here: SQL `now()` on the server's clock."""
