@@ -52,7 +52,8 @@ class Tool(Generic[R]):
     ) -> R:
         guard = await self._owner.guard()
         call = self.prepare(args, kwargs, idempotency_key, scope, auth_context)
-        result: R = await guard.call(call)
+        result: R
+        result, _ = await guard.run(call)
         return result
 
     async def invoke(
