@@ -27,14 +27,37 @@ class BoundCall:
     arguments_json: str
 
 
-def bind(signature: inspect.Signature, args: tuple[Any, ...], kwargs: dict[str, Any]) -> BoundCall:
+def plain_parameters(signature: inspect.Signature) -> tuple[str, ...] | None:
+    """The parameter names of a signature whose parameters are all positional-or-keyword, in
+    order; None for any other signature. A call of such a signature that passes every parameter
+    positionally binds to exactly these names, with nothing to default (`bind`'s fast path)."""
+    parameters = signature.parameters.values()
+    if all(p.kind is inspect.Parameter.POSITIONAL_OR_KEYWORD for p in parameters):
+        return tuple(signature.parameters)
+    return None
+
+
+def bind(
+    signature: inspect.Signature,
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+    plain: tuple[str, ...] | None = None,
+) -> BoundCall:
     """Bind like Python would (a TypeError for a wrong call), then canonicalise for storage.
 
-    Unserialisable, NaN, too deep or too large arguments are the caller's input to fix.
+    `plain`: `plain_parameters(signature)`. A call that passes each of those positionally is
+    bound without `Signature.bind` (a quarter of `Tool.prepare`'s instructions), to what it would
+    have given: the same arguments, all positional. Unserialisable, NaN, too deep or too
+    large arguments are the caller's input to fix.
     """
-    bound = signature.bind(*args, **kwargs)
-    bound.apply_defaults()
-    arguments = {k: v for k, v in bound.arguments.items() if k != KEY_PARAMETER}
+    if plain is not None and not kwargs and len(args) == len(plain):
+        arguments = dict(zip(plain, args, strict=True))
+    else:
+        bound = signature.bind(*args, **kwargs)
+        bound.apply_defaults()
+        args, kwargs = bound.args, bound.kwargs
+        arguments = bound.arguments
+    arguments = {k: v for k, v in arguments.items() if k != KEY_PARAMETER}
     try:
         text = canonical_json(arguments)
         size = len(text.encode())  # a lone surrogate has no UTF-8 form: UnicodeEncodeError
@@ -43,7 +66,7 @@ def bind(signature: inspect.Signature, args: tuple[Any, ...], kwargs: dict[str, 
         raise invalid_input("arguments", message) from None
     if size > MAX_ARGUMENTS_BYTES:
         raise invalid_input("arguments", "arguments exceed 1 MiB of JSON")
-    return BoundCall(bound.args, bound.kwargs, arguments, text)
+    return BoundCall(args, kwargs, arguments, text)
 
 
 def fingerprint(tool: str, arguments_json: str) -> str:

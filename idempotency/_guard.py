@@ -15,6 +15,7 @@ import contextlib
 import logging
 import secrets
 import time
+from collections.abc import Coroutine
 from dataclasses import dataclass
 from typing import Any, NoReturn
 
@@ -163,10 +164,6 @@ class Guard:
     async def close(self) -> None:
         await self.flush()
         await self._leases.close()
-
-    async def call(self, call: GuardedCall) -> Any:
-        value, _ = await self.run(call)
-        return value
 
     @logged_call
     @traced_call
@@ -502,13 +499,12 @@ class Guard:
         )
         token = set_current(context)
         try:
-            deadline = asyncio.timeout(call.tool.timeout)
             try:
                 fence.check()  # a stall since the claim may have cost the lease: send nothing
-                async with deadline, fence:
+                async with fence.run_for(call.tool.timeout):  # one timer for both
                     value = await call.invoke()
             except BaseException as error:
-                classification = self._classify(call, error, deadline.expired(), fence)
+                classification = self._classify(call, error, fence.timed_out(), fence)
                 if _leaving(error):
                     # The caller is going away: record what we know, then let it go.
                     outcome = failure_outcome(classification)
@@ -583,13 +579,12 @@ class Guard:
             envelope = call.tool.retry_policy.timed(failure.envelope, failed.executions)
             raise WriteSafeError(envelope.with_operation(operation_info(failed))) from None
 
-    async def _record(
+    def _record(
         self, call: GuardedCall, operation: OperationRecord, owner: str, outcome: Outcome
-    ) -> OperationRecord | None:
+    ) -> Coroutine[Any, Any, OperationRecord | None]:
+        """`record_outcome` for this call: its coroutine itself, not one more awaiting it."""
         retry_seconds = self.settings.record_retry_seconds
-        return await record_outcome(
-            self.ledger, call.tool.name, operation, owner, outcome, retry_seconds
-        )
+        return record_outcome(self.ledger, call.tool.name, operation, owner, outcome, retry_seconds)
 
     def _classify(
         self, call: GuardedCall, error: BaseException, timed_out: bool, fence: Fence

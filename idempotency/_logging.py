@@ -48,8 +48,12 @@ def logged_call(
 
     @functools.wraps(run)
     async def wrapper(guard: S, call: GuardedCall, /, *args: P.args, **kwargs: P.kwargs) -> R:
-        with operation_logged(call.key, call.scope, call.tool.name):
+        # `operation_logged` inlined: a generator context manager is five Python calls.
+        token = _operation.set((call.key, call.scope, call.tool.name))
+        try:
             return await run(guard, call, *args, **kwargs)
+        finally:
+            _operation.reset(token)
 
     return wrapper
 

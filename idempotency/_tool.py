@@ -52,7 +52,8 @@ class Tool(Generic[R]):
     ) -> R:
         guard = await self._owner.guard()
         call = self.prepare(args, kwargs, idempotency_key, scope, auth_context)
-        result: R = await guard.call(call)
+        result: R
+        result, _ = await guard.run(call)
         return result
 
     async def invoke(
@@ -101,7 +102,7 @@ class Tool(Generic[R]):
         `key_from_arguments`, or for a read-only tool, which needs none) `call:` + the fingerprint
         of the tool name and canonical arguments.
         """
-        bound = bind(self.spec.signature, args, kwargs)
+        bound = bind(self.spec.signature, args, kwargs, self.spec.plain_parameters)
         digest = fingerprint(self.spec.name, bound.arguments_json)
         key: object = idempotency_key
         if key is None and self.spec.key_function is not None:

@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import asyncio
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
+from functools import lru_cache
 from typing import Protocol
 
 
@@ -21,10 +22,19 @@ class StoreTime:
     seconds. Only a statement can hold one; the row it writes has the real value."""
 
     offset: float = 0.0
+    # `offset` as the statement's parameter, made once: a `timedelta` from float seconds costs
+    # more than the rest of the parameter's way to the driver.
+    interval: timedelta = field(init=False, repr=False, compare=False)
 
-    @property
-    def interval(self) -> timedelta:
-        return timedelta(seconds=self.offset)
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "interval", timedelta(seconds=self.offset))
+
+
+@lru_cache(maxsize=64)
+def store_time(offset: float = 0.0) -> StoreTime:
+    """`StoreTime(offset)`, one per offset: a guarded call writes the same few offsets (now, now
+    plus the lease) on every write."""
+    return StoreTime(offset)
 
 
 class Clock(Protocol):

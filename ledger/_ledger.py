@@ -37,7 +37,7 @@ from sqlalchemy import cast as sql_cast
 from sqlalchemy.engine import URL
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
-from writesafe.ledger._clock import Clock, StoreTime, SystemClock
+from writesafe.ledger._clock import Clock, SystemClock, store_time
 from writesafe.ledger._engine import (
     create_engine,
     is_sqlite,
@@ -306,8 +306,10 @@ class Ledger:
         """The ledger's time plus `offset` seconds, for a hot write to record: the server's own
         `now()` as the statement runs, else the given clock's time."""
         if self.server_clock:
-            return StoreTime(offset)
-        return self.clock.now() + timedelta(seconds=offset)
+            return store_time(offset)
+        now = self.clock.now()
+        # The offset's timedelta is made once (with its `StoreTime`), and none for no offset.
+        return now + store_time(offset).interval if offset else now
 
     def _now_sql(self, offset: float = 0.0) -> ColumnElement[datetime] | datetime:
         """`_at` for statements built here: SQL `now()` on the server's clock."""

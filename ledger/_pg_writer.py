@@ -57,6 +57,7 @@ from writesafe.ledger._writer import (
     operation_columns,
     operations,
     param_value,
+    param_values,
     returned_names,
     store_time_names,
 )
@@ -107,7 +108,7 @@ class PostgresWriter:
         store_times = store_time_names(row)
         shape = ("claim", names, store_times)
         statement = self._compiled(shape, lambda: _claim(names, store_times))
-        params = {name: param_value(v) for name, v in row.items()}
+        params = param_values(row)
         returned = await self._run(statement, params, asyncpg.Connection.fetchrow)
         if returned is None:
             return None

@@ -47,6 +47,9 @@ class _Record:
         return type(self)(**(values | changes))
 
 
+_STATUSES: dict[str, Status] = {status.value: status for status in Status}
+
+
 @dataclass(frozen=True, slots=True)
 class OperationRecord(_Record):
     """An operation as last read from the ledger; `version` is what a compare-and-set must match."""
@@ -76,8 +79,10 @@ class OperationRecord(_Record):
     updated_at: datetime
 
     def __post_init__(self) -> None:
-        if type(self.status) is not Status:  # rows hold the plain string
-            object.__setattr__(self, "status", Status(self.status))
+        status = self.status
+        if type(status) is not Status:  # rows hold the plain string
+            # A dict lookup: `Status(...)` is two Python calls, and every row read makes one.
+            object.__setattr__(self, "status", _STATUSES.get(status) or Status(status))
 
     def lease_expired(self, now: datetime) -> bool:
         """True when an `in_flight` lease can no longer be trusted to finish by itself."""

@@ -182,12 +182,21 @@ def moment_value(column: Column[Any], param: str, *, store_time: bool) -> Column
 
 def store_time_names(values: Mapping[str, Any]) -> frozenset[str]:
     """The names whose values are `StoreTime`s: a statement writes them as `now()`."""
-    return frozenset(name for name, value in values.items() if isinstance(value, StoreTime))
+    return frozenset([name for name, value in values.items() if isinstance(value, StoreTime)])
 
 
 def param_value(value: Any) -> Any:
     """A value as its statement parameter: a `StoreTime` is sent as its offset."""
     return value.interval if isinstance(value, StoreTime) else value
+
+
+def param_values(values: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    """`param_value` of each value, named `prefix` + its name; inlined, since a write has up to
+    twenty values and a call per value costs more than the value."""
+    return {
+        prefix + name: value.interval if isinstance(value, StoreTime) else value
+        for name, value in values.items()
+    }
 
 
 def compare_and_set_update(
@@ -232,7 +241,7 @@ def compare_and_set_params(
         "current_version": current.version,
         "new_version": current.version + 1,
         "new_updated_at": param_value(now),
-        **{f"new_{name}": param_value(value) for name, value in values.items()},
+        **param_values(values, "new_"),
     }
     if owner is not None:
         params["current_owner"] = owner
