@@ -225,6 +225,9 @@ class LoopThread:
         self._loop = asyncio.new_event_loop()
         # The calls running, and their callers; touched on the loop.
         self._calls: dict[asyncio.Task[Any], _Caller] = {}
+        # Its callers are blocked on it: while it serves one alone, an embedded write may run on
+        # the loop's own thread, saving the hops to the SQLite writer's thread and back.
+        twin.ledger.serve_blocking_callers(lambda: len(self._calls) <= 1)
         self._thread = threading.Thread(
             target=self._loop.run_forever, name="writesafe-sync", daemon=True
         )

@@ -260,7 +260,6 @@ class WriteSafe:
             codes=self.codes,
             auto_migrate=self._auto_migrate,
         )
-        twin.ledger.serve_blocking_callers()  # its callers are the sync face's, blocked on it
         twin._tools, twin._lookups = self._tools, self._lookups
         twin._retry_budgets, twin.redaction = self._retry_budgets, self.redaction
         return twin

@@ -12,10 +12,12 @@ without waiting for any writer: a key that is taken (a replay) costs neither a w
 hop. Reads and reconciliation keep the async engine.
 
 A writer whose event loop serves only callers that block on it anyway (the sync face's loop
-thread: `serve_blocking_callers`) runs a write on the loop's own thread when the database lock is
-free at once, saving the hop to the writer's thread and back (two of a sync first execution's
-four per write). A lock in the way sends the write to the writer's thread as before, to wait
-there: never on the loop, where an engine transaction holding that lock may need to go on.
+thread: `serve_blocking_callers`) runs a write on the loop's own thread while the loop serves that
+one call alone and the database lock is free at once, saving the hop to the writer's thread and
+back (two per write). With other calls on the loop the write goes to the writer's thread as
+before, so that the loop serves them during its commit; so does a write with the lock in the
+way, to wait there: never on the loop, where an engine transaction holding the lock may need to
+go on.
 """
 
 from __future__ import annotations
@@ -134,7 +136,7 @@ class SqliteWriter:
         # With `serve_blocking_callers`: the event loop's own connection, which never waits for
         # the lock; used only by the loop being served, one write at a time.
         self._on_loop: sqlite3.Connection | None = None
-        self._writes_on_loop = False
+        self._alone: Callable[[], bool] | None = None  # see `serve_blocking_callers`
         # Read connections not in use, newest last: one per thread reading at once, however many
         # threads come and go (a server's thread per request). A list's pop and append are
         # atomic, so no two threads share one mid-read.
@@ -187,9 +189,10 @@ class SqliteWriter:
     def forget_loop(self) -> None:
         """Nothing to drop: the writer's thread serves whichever event loop awaits it."""
 
-    def serve_blocking_callers(self) -> None:
-        """Run a write on the event loop's thread when the lock is free at once (see above)."""
-        self._writes_on_loop = True
+    def serve_blocking_callers(self, alone: Callable[[], bool]) -> None:
+        """Run a write on the event loop's thread while `alone()` (the loop serves only the call
+        that writes) and the lock is free at once; see above."""
+        self._alone = alone
 
     def peek(self, scope: str, key: str) -> OperationRecord | None:
         """The row holding `(scope, key)` as last committed, read on the calling thread, whichever
@@ -212,8 +215,8 @@ class SqliteWriter:
 
     async def _run(self, write: Callable[[sqlite3.Cursor], T], durable: bool = True) -> T:
         """Run `write` as one transaction in the writer's thread, or on the loop's thread where
-        `serve_blocking_callers` allows it and the lock is free; see `_transaction`."""
-        if self._writes_on_loop:
+        `serve_blocking_callers` allows it; see `_transaction`."""
+        if self._alone is not None and self._alone():
             done = self._transaction_on_loop(write, durable)
             if done is not None:
                 return done[0]

@@ -95,7 +95,7 @@ async def test_a_writer_serving_blocking_callers_writes_on_the_loops_thread_when
     tmp_path: Path,
 ) -> None:
     ledger = Ledger.from_url(f"sqlite+aiosqlite:///{tmp_path / 'ledger.db'}")
-    ledger.serve_blocking_callers()
+    ledger.serve_blocking_callers(lambda: True)
     await ledger.migrate()
     try:
         before = len(_writer_threads())
@@ -119,7 +119,7 @@ async def test_a_lock_in_the_way_sends_the_write_to_the_writers_thread_and_the_l
 ) -> None:
     path = tmp_path / "ledger.db"
     ledger = Ledger.from_url(f"sqlite+aiosqlite:///{path}")
-    ledger.serve_blocking_callers()
+    ledger.serve_blocking_callers(lambda: True)
     await ledger.migrate()
     holder = sqlite3.connect(path, isolation_level=None)
     try:
@@ -138,4 +138,25 @@ async def test_a_lock_in_the_way_sends_the_write_to_the_writers_thread_and_the_l
         assert await _counts(ledger) == (1, 1)
     finally:
         holder.close()
+        await ledger.close()
+
+
+async def test_a_writer_whose_loop_serves_other_calls_writes_on_its_own_thread(
+    tmp_path: Path,
+) -> None:
+    # The loop goes on serving the other calls while the writer's thread commits.
+    ledger = Ledger.from_url(f"sqlite+aiosqlite:///{tmp_path / 'ledger.db'}")
+    alone = [False]
+    ledger.serve_blocking_callers(lambda: alone[0])
+    await ledger.migrate()
+    try:
+        before = len(_writer_threads())
+        assert (await ledger.claim(_intent("a"))).created
+        assert len(_writer_threads()) == before + 1
+        await ledger.close()
+        await asyncio.to_thread(lambda: [t.join(5) for t in _writer_threads()[before:]])
+        alone[0] = True
+        assert (await ledger.claim(_intent("b"))).created
+        assert len(_writer_threads()) == before, "alone, it writes on the loop's thread"
+    finally:
         await ledger.close()
