@@ -139,6 +139,9 @@ class Guard:
         self.keystore = keystore
         self.codes = codes
         self.settings = settings
+        # Whether `look_now` can look without the loop: Redis's claim, or the embedded ledger's
+        # local read (PostgreSQL alone has no read without a round trip on the loop's pool).
+        self._looks_now = keystore is not None or ledger.is_sqlite
         self._start_loop_state()
 
     def _start_loop_state(self) -> None:
@@ -194,8 +197,9 @@ class Guard:
         attempt would send (the lease, or the cached outcome); without: the embedded ledger's
         local read (PostgreSQL has none). A finished key is answered here (a replay; KEY_REUSED
         raised), counted as `run` counts its answers; else the look is for `run` to go on from.
-        None: nothing looked (a read, or a traced call: its span is made by `run`)."""
-        if call.tool.read_only or tracing_on():
+        None: nothing looked (a read, a traced call: its span is made by `run`, or PostgreSQL
+        without Redis, which has nothing to look at here)."""
+        if call.tool.read_only or not self._looks_now or tracing_on():
             return None
         started = time.perf_counter()
         answer: str | None = "error"  # None: not answered here, `run` counts the call

@@ -98,11 +98,25 @@ class _Write:
             self.loop.call_soon_threadsafe(settle)
 
 
+@dataclass(frozen=True, slots=True)
+class _Ended:
+    """How a call's task ended: the last item its blocked caller reads."""
+
+    value: Any = None
+    error: BaseException | None = None
+
+    def result(self) -> Any:
+        if self.error is not None:
+            raise self.error
+        return self.value
+
+
 class _Caller:
     """One blocked sync call: waits for its answer, and runs its write when the guard hands it."""
 
-    def __init__(self) -> None:
-        self._inbox: queue.SimpleQueue[_Write | None] = queue.SimpleQueue()
+    def __init__(self, call: Coroutine[Any, Any, Any]) -> None:
+        self._call = call  # what the call's task runs
+        self._inbox: queue.SimpleQueue[_Write | _Ended] = queue.SimpleQueue()
 
     async def execute(self, function: Callable[..., Any], args: Any, kwargs: Any) -> Any:
         """On the loop: have the calling thread run the write, and wait for it."""
@@ -111,33 +125,39 @@ class _Caller:
         self._inbox.put(_Write(function, args, kwargs, active_operation(), loop, done))
         return await done
 
-    def wait(
-        self,
-        loop: asyncio.AbstractEventLoop,
-        coroutine: Coroutine[Any, Any, T],
-        calls: set[asyncio.Task[Any]],
-    ) -> T:
-        """Run `coroutine` as a task on `loop`, kept in `calls` while it runs, blocking until it
+    def end(self, ended: _Ended) -> None:
+        """Hand the caller its answer; one that has its answer already reads no more."""
+        self._inbox.put(ended)
+
+    def abandon(self) -> None:
+        """After the close cancelled the call's task: tell the caller, whose task may have been
+        cancelled before its first step (then it handed over nothing, and its call never ran:
+        closed here, not left to warn that it was never awaited). A no-op for one that ended."""
+        self._call.close()
+        self.end(_Ended(error=asyncio.CancelledError()))
+
+    def wait(self, loop: asyncio.AbstractEventLoop, calls: dict[asyncio.Task[Any], _Caller]) -> Any:
+        """Run the call as a task on `loop`, kept in `calls` while it runs, blocking until it
         ends and running handed-back writes.
 
         One hop to the loop and one back (plus two for a write): a plain task and a queue, since
         `run_coroutine_threadsafe`'s chained futures cost as much again as the hops themselves.
+        The task hands over its answer in its last step, not in a done callback, which would
+        cost the loop another turn before the caller wakes.
         """
         context = Context()  # the task's own: the caller's context variables stay with the caller
         context.run(_caller.set, self)
-        started: list[asyncio.Task[T]] = []
+        started: list[asyncio.Task[None]] = []
 
         def start() -> None:
-            task = loop.create_task(coroutine, context=context)
-            calls.add(task)
-            task.add_done_callback(calls.discard)
-            task.add_done_callback(lambda _: self._inbox.put(None))
+            task = loop.create_task(self._answer(calls), context=context)
+            calls[task] = self
             started.append(task)
 
         loop.call_soon_threadsafe(start)
         try:
-            while (write := self._inbox.get()) is not None:
-                write.run()
+            while isinstance(item := self._inbox.get(), _Write):
+                item.run()
         except BaseException:
             # Interrupted (KeyboardInterrupt, SystemExit): the guard's task is cancelled and
             # records what it knows, as for an async caller that goes away. `start` ran first.
@@ -145,7 +165,21 @@ class _Caller:
             # took to run out, as a crashed caller's does (the ledger has no row of it).
             loop.call_soon_threadsafe(lambda: started[0].cancel())
             raise
-        return started[0].result()
+        return item.result()
+
+    async def _answer(self, calls: dict[asyncio.Task[Any], _Caller]) -> None:
+        """The call's task: run the call and hand its end to the caller."""
+        try:
+            value = await self._call
+        except Exception as error:  # the caller's to raise: the task itself ends quietly
+            self.end(_Ended(error=error))
+        except BaseException as error:  # cancelled, or the process stops: the task ends so too
+            self.end(_Ended(error=error))
+            raise
+        else:
+            self.end(_Ended(value))
+        finally:
+            calls.pop(asyncio.current_task(), None)  # type: ignore[arg-type]
 
 
 _caller: ContextVar[_Caller | None] = ContextVar("writesafe_sync_caller", default=None)
@@ -189,7 +223,11 @@ class LoopThread:
         self.twin = twin
         self.pid = os.getpid()
         self._loop = asyncio.new_event_loop()
-        self._calls: set[asyncio.Task[Any]] = set()  # the calls running; touched on the loop
+        # The calls running, and their callers; touched on the loop.
+        self._calls: dict[asyncio.Task[Any], _Caller] = {}
+        # Its callers are blocked on it: while it serves one alone, an embedded write may run on
+        # the loop's own thread, saving the hops to the SQLite writer's thread and back.
+        twin.ledger.serve_blocking_callers(lambda: len(self._calls) <= 1)
         self._thread = threading.Thread(
             target=self._loop.run_forever, name="writesafe-sync", daemon=True
         )
@@ -200,7 +238,8 @@ class LoopThread:
         """Run `make()` on the loop and block for its answer, running handed-back writes."""
         if threading.current_thread() is self._thread:
             raise RuntimeError("a sync writesafe call cannot be made from its own loop thread")
-        return _Caller().wait(self._loop, make(), self._calls)
+        value: T = _Caller(make()).wait(self._loop, self._calls)
+        return value
 
     def close(self) -> None:
         """Close the twin's stores and end the thread (a forked child leaves its parent's alone)."""
@@ -225,17 +264,19 @@ class LoopThread:
             self.close()
 
 
-async def _end_calls_and_close(twin: WriteSafe, running: set[asyncio.Task[Any]]) -> None:
+async def _end_calls_and_close(twin: WriteSafe, running: dict[asyncio.Task[Any], _Caller]) -> None:
     """Cancel the calls still `running` (their callers get `CancelledError` instead of waiting
     forever on a loop that stops; each records what it knows first), then close the stores.
 
     Only the calls: the cache fills written behind answers already given are the guard's to
     finish as it closes, so that a process that answers and exits at once leaves the outcome in
     Redis, not its lease (a fill's first command may still be opening its connection)."""
-    calls = list(running)
-    for task in calls:
+    calls = list(running.items())
+    for task, _ in calls:
         task.cancel()
-    await asyncio.gather(*calls, return_exceptions=True)
+    await asyncio.gather(*(task for task, _ in calls), return_exceptions=True)
+    for _, caller in calls:
+        caller.abandon()
     await twin.close()
 
 

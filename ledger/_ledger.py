@@ -168,6 +168,14 @@ class Ledger:
         await self.writer.close()
         await self.engine.dispose()
 
+    def serve_blocking_callers(self, alone: Callable[[], bool]) -> None:
+        """This ledger's event loop serves callers that block on it anyway (the sync face's loop
+        thread), `alone()` while it serves one: the embedded writer may then write on the loop's
+        thread (`ledger._sqlite_writer`). PostgreSQL's writes are a round trip on the loop
+        already."""
+        if isinstance(self.writer, SqliteWriter):
+            self.writer.serve_blocking_callers(alone)
+
     async def forget_loop(self) -> None:
         """Drop the connections opened on an event loop this process has left, and open new ones
         on the running loop as needed: asyncio connections, and the pool's queue, belong to the

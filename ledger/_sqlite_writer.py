@@ -10,13 +10,22 @@ on the driver directly: SQLAlchemy's execution layer cost more per statement tha
 run it. A claim first reads the key on the caller's thread (`peek`), which a WAL reader does
 without waiting for any writer: a key that is taken (a replay) costs neither a write nor a thread
 hop. Reads and reconciliation keep the async engine.
+
+A writer whose event loop serves only callers that block on it anyway (the sync face's loop
+thread: `serve_blocking_callers`) runs a write on the loop's own thread while the loop serves that
+one call alone and the database lock is free at once, saving the hop to the writer's thread and
+back (two per write). With other calls on the loop the write goes to the writer's thread as
+before, so that the loop serves them during its commit; so does a write with the lock in the
+way, to wait there: never on the loop, where an engine transaction holding the lock may need to
+go on.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import sqlite3
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -124,6 +133,10 @@ class SqliteWriter:
         self._path = path
         self._thread = CallThread("writesafe-sqlite")  # started by a write, ended by close
         self._connection: sqlite3.Connection | None = None  # the writer thread's
+        # With `serve_blocking_callers`: the event loop's own connection, which never waits for
+        # the lock; used only by the loop being served, one write at a time.
+        self._on_loop: sqlite3.Connection | None = None
+        self._alone: Callable[[], bool] | None = None  # see `serve_blocking_callers`
         # Read connections not in use, newest last: one per thread reading at once, however many
         # threads come and go (a server's thread per request). A list's pop and append are
         # atomic, so no two threads share one mid-read.
@@ -168,10 +181,18 @@ class SqliteWriter:
         readers, self._readers = self._readers, []
         for reader in readers:
             reader.close()
+        on_loop, self._on_loop = self._on_loop, None
+        if on_loop is not None:
+            on_loop.close()
         await self._thread.stop(self._disconnect)  # closed by the thread that opened it
 
     def forget_loop(self) -> None:
         """Nothing to drop: the writer's thread serves whichever event loop awaits it."""
+
+    def serve_blocking_callers(self, alone: Callable[[], bool]) -> None:
+        """Run a write on the event loop's thread while `alone()` (the loop serves only the call
+        that writes) and the lock is free at once; see above."""
+        self._alone = alone
 
     def peek(self, scope: str, key: str) -> OperationRecord | None:
         """The row holding `(scope, key)` as last committed, read on the calling thread, whichever
@@ -193,8 +214,31 @@ class SqliteWriter:
             self._readers.append(reader)
 
     async def _run(self, write: Callable[[sqlite3.Cursor], T], durable: bool = True) -> T:
-        """Run `write` as one transaction in the writer's thread; see `_transaction`."""
+        """Run `write` as one transaction in the writer's thread, or on the loop's thread where
+        `serve_blocking_callers` allows it; see `_transaction`."""
+        if self._alone is not None and self._alone():
+            done = self._transaction_on_loop(write, durable)
+            if done is not None:
+                return done[0]
         return await self._thread.run(lambda: self._transaction(write, durable))
+
+    def _transaction_on_loop(
+        self, write: Callable[[sqlite3.Cursor], T], durable: bool
+    ) -> tuple[T] | None:
+        """`_transaction` on the loop's own connection; None, with nothing written, when the
+        lock is taken (its `busy_timeout` is 0: the loop never waits for it)."""
+        with _ledger_errors():
+            if self._on_loop is None:
+                self._on_loop = connect_sqlite(self._path, check_same_thread=False)
+                self._on_loop.execute("PRAGMA busy_timeout=0")
+            cursor = self._on_loop.cursor()
+            try:
+                _begin(cursor, durable)
+            except sqlite3.OperationalError as error:
+                if error.sqlite_errorcode & 0xFF == sqlite3.SQLITE_BUSY:
+                    return None
+                raise
+            return (_commit(cursor, write),)
 
     def _transaction(self, write: Callable[[sqlite3.Cursor], T], durable: bool) -> T:
         """One transaction; a durable one is on disk when it returns (`synchronous=FULL`).
@@ -206,27 +250,43 @@ class SqliteWriter:
         process crash loses nothing. docs/performance.md, "The embedded path". Driver errors
         are raised as SQLAlchemy's, like every other ledger error.
         """
-        try:
+        with _ledger_errors():
             if self._connection is None:
                 self._connection = connect_sqlite(self._path)
             cursor = self._connection.cursor()
-            # SQLite refuses to change the safety level inside a transaction.
-            cursor.execute(_DURABLE if durable else _LAZY)
-            cursor.execute("BEGIN IMMEDIATE")
-            try:
-                result = write(cursor)
-            except BaseException:
-                cursor.execute("ROLLBACK")
-                raise
-            cursor.execute("COMMIT")
-            return result
-        except sqlite3.Error as error:
-            raise DBAPIError.instance(None, None, error, sqlite3.Error, dialect=_DIALECT) from error
+            _begin(cursor, durable)
+            return _commit(cursor, write)
 
     def _disconnect(self) -> None:
         connection, self._connection = self._connection, None
         if connection is not None:
             connection.close()
+
+
+@contextlib.contextmanager
+def _ledger_errors() -> Iterator[None]:
+    """Raise driver errors as SQLAlchemy's, like every other ledger error."""
+    try:
+        yield
+    except sqlite3.Error as error:
+        raise DBAPIError.instance(None, None, error, sqlite3.Error, dialect=_DIALECT) from error
+
+
+def _begin(cursor: sqlite3.Cursor, durable: bool) -> None:
+    # SQLite refuses to change the safety level inside a transaction.
+    cursor.execute(_DURABLE if durable else _LAZY)
+    cursor.execute("BEGIN IMMEDIATE")
+
+
+def _commit(cursor: sqlite3.Cursor, write: Callable[[sqlite3.Cursor], T]) -> T:
+    """Run `write` in the transaction `_begin` opened, and commit it (or roll it back)."""
+    try:
+        result = write(cursor)
+    except BaseException:
+        cursor.execute("ROLLBACK")
+        raise
+    cursor.execute("COMMIT")
+    return result
 
 
 def _claim(cursor: sqlite3.Cursor, statement: _Compiled, row: dict[str, Any]) -> Claim | None:

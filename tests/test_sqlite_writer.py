@@ -9,7 +9,7 @@ from pathlib import Path
 
 from sqlalchemy import func, select
 
-from writesafe.ledger import Intent, Ledger
+from writesafe.ledger import Intent, Ledger, Outcome, Status
 from writesafe.ledger._writer import attempts, operations
 
 THREAD_PREFIX = "writesafe-sqlite"
@@ -87,5 +87,76 @@ async def test_a_claim_of_a_taken_key_reads_it_without_a_write_or_the_writers_th
         assert len(_writer_threads()) == before, "answered on the caller's thread"
         assert (await ledger.claim(_intent("b"))).created  # a new key still takes the write path
         assert len(_writer_threads()) == before + 1
+    finally:
+        await ledger.close()
+
+
+async def test_a_writer_serving_blocking_callers_writes_on_the_loops_thread_when_the_lock_is_free(
+    tmp_path: Path,
+) -> None:
+    ledger = Ledger.from_url(f"sqlite+aiosqlite:///{tmp_path / 'ledger.db'}")
+    ledger.serve_blocking_callers(lambda: True)
+    await ledger.migrate()
+    try:
+        before = len(_writer_threads())
+        claim = await ledger.claim(_intent("a"))
+        assert claim.created
+        outcome = Outcome(Status.SUCCEEDED, result="{}")
+        finished = await ledger.finish(claim.operation, "owner-a", outcome)
+        assert finished is not None
+        assert finished.status is Status.SUCCEEDED
+        assert len(_writer_threads()) == before, "written on the loop's thread, no hop"
+        assert await _counts(ledger) == (1, 1)  # committed, seen by another connection
+        row = await ledger.get("default", "a")
+        assert row is not None
+        assert row.status is Status.SUCCEEDED
+    finally:
+        await ledger.close()
+
+
+async def test_a_lock_in_the_way_sends_the_write_to_the_writers_thread_and_the_loop_goes_on(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "ledger.db"
+    ledger = Ledger.from_url(f"sqlite+aiosqlite:///{path}")
+    ledger.serve_blocking_callers(lambda: True)
+    await ledger.migrate()
+    holder = sqlite3.connect(path, isolation_level=None)
+    try:
+        before = len(_writer_threads())
+        holder.execute("BEGIN IMMEDIATE")  # another writer holds the lock
+        claim = asyncio.create_task(ledger.claim(_intent("a")))
+        for _ in range(500):  # the loop runs on while the claim waits
+            await asyncio.sleep(0.01)
+            if len(_writer_threads()) > before:
+                break
+        assert len(_writer_threads()) == before + 1, "the write went to the writer's thread"
+        await asyncio.sleep(0.05)
+        assert not claim.done(), "it waits for the lock, as the writer's thread always did"
+        holder.execute("COMMIT")
+        assert (await claim).created
+        assert await _counts(ledger) == (1, 1)
+    finally:
+        holder.close()
+        await ledger.close()
+
+
+async def test_a_writer_whose_loop_serves_other_calls_writes_on_its_own_thread(
+    tmp_path: Path,
+) -> None:
+    # The loop goes on serving the other calls while the writer's thread commits.
+    ledger = Ledger.from_url(f"sqlite+aiosqlite:///{tmp_path / 'ledger.db'}")
+    alone = [False]
+    ledger.serve_blocking_callers(lambda: alone[0])
+    await ledger.migrate()
+    try:
+        before = len(_writer_threads())
+        assert (await ledger.claim(_intent("a"))).created
+        assert len(_writer_threads()) == before + 1
+        await ledger.close()
+        await asyncio.to_thread(lambda: [t.join(5) for t in _writer_threads()[before:]])
+        alone[0] = True
+        assert (await ledger.claim(_intent("b"))).created
+        assert len(_writer_threads()) == before, "alone, it writes on the loop's thread"
     finally:
         await ledger.close()

@@ -403,6 +403,39 @@ async def test_closing_the_sync_face_ends_a_call_still_running(make_ws: MakeWrit
     assert status.status is Status.OUTCOME_UNKNOWN
 
 
+async def test_a_call_whose_task_is_cancelled_before_its_first_step_does_not_hang(
+    make_ws: MakeWriteSafe,
+) -> None:
+    # A call's task hands its caller the answer from within its own steps; one cancelled by the
+    # close before its first step has none, and its caller is told by the close instead.
+    ws = make_ws()
+    ws.sync.start()
+    loop_thread = ws.sync._loop_thread()
+    go = threading.Event()
+    loop_thread._loop.call_soon_threadsafe(go.wait, 30)  # the loop holds still meanwhile
+    closing = threading.Thread(target=ws.sync.close)
+    closing.start()  # queues the close's first step ...
+    await asyncio.sleep(0.3)
+    outcome: list[BaseException | str] = []
+
+    def call() -> None:
+        try:
+            outcome.append(loop_thread.run(lambda: asyncio.sleep(0, "ran")))
+        except BaseException as error:
+            outcome.append(error)
+
+    caller = threading.Thread(target=call, daemon=True)
+    caller.start()  # ... before the call's start: the close cancels a task not yet stepped
+    await asyncio.sleep(0.3)
+    go.set()
+    await asyncio.to_thread(closing.join, 30)
+    await asyncio.to_thread(caller.join, 10)
+
+    assert not caller.is_alive(), "the caller must not wait forever on a loop that stopped"
+    assert len(outcome) == 1
+    assert isinstance(outcome[0], asyncio.CancelledError)
+
+
 async def test_a_sync_call_from_its_own_loop_thread_is_refused_not_deadlocked(
     make_ws: MakeWriteSafe,
 ) -> None:
