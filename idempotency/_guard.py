@@ -16,7 +16,7 @@ import logging
 import secrets
 import time
 from dataclasses import dataclass
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from tenacity import (
     AsyncRetrying,
@@ -31,14 +31,6 @@ from writesafe.idempotency._errors import WriteSafeError
 from writesafe.idempotency._fence import Fence, LeaseLost
 from writesafe.idempotency._fills import CacheFills
 from writesafe.idempotency._gate import Resumed, replay_gate
-from writesafe.idempotency._keystore import (
-    CachedOutcome,
-    LeaseState,
-    RedisKeyStore,
-    StoreClaim,
-    lease_token,
-    same_payload,
-)
 from writesafe.idempotency._leases import HeldLease, LeaseKeeper
 from writesafe.idempotency._logging import logged_call, operation_logged
 from writesafe.idempotency._metrics import RETRIES, RETRIES_THROTTLED, answered
@@ -46,6 +38,13 @@ from writesafe.idempotency._reads import run_read
 from writesafe.idempotency._recording import LEDGER_ERRORS, record_outcome
 from writesafe.idempotency._results import ResultNotStored
 from writesafe.idempotency._spec import GuardedCall
+from writesafe.idempotency._store_answers import (
+    CachedOutcome,
+    LeaseState,
+    StoreClaim,
+    lease_token,
+    same_payload,
+)
 from writesafe.idempotency._tracing import traced_call, tracing_on
 from writesafe.ledger import Claim, Intent, LeaseHeld, Ledger, OperationRecord, Outcome, Status
 from writesafe.reconciler import (
@@ -80,6 +79,9 @@ from writesafe.reconciler import (
     waits_for_delay,
     write_not_started,
 )
+
+if TYPE_CHECKING:
+    from writesafe.idempotency._keystore import RedisKeyStore
 
 logger = logging.getLogger("writesafe")
 

@@ -33,8 +33,9 @@ from writesafe import (
     WriteSafeError,
 )
 from writesafe.idempotency._guard import Look
-from writesafe.idempotency._keystore import LeaseState, RedisKeyStore
+from writesafe.idempotency._keystore import RedisKeyStore
 from writesafe.idempotency._redis_connections import BlockingRedisConnections, RedisConnections
+from writesafe.idempotency._store_answers import LeaseState
 from writesafe.ledger._engine import sqlite_path
 from writesafe.ledger._pg_writer import PostgresWriter
 
