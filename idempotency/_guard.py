@@ -17,7 +17,7 @@ import secrets
 import time
 from collections.abc import Coroutine
 from dataclasses import dataclass
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from tenacity import (
     AsyncRetrying,
@@ -32,14 +32,6 @@ from writesafe.idempotency._errors import WriteSafeError
 from writesafe.idempotency._fence import Fence, LeaseLost
 from writesafe.idempotency._fills import CacheFills
 from writesafe.idempotency._gate import Resumed, replay_gate
-from writesafe.idempotency._keystore import (
-    CachedOutcome,
-    LeaseState,
-    RedisKeyStore,
-    StoreClaim,
-    lease_token,
-    same_payload,
-)
 from writesafe.idempotency._leases import HeldLease, LeaseKeeper
 from writesafe.idempotency._logging import logged_call, operation_logged
 from writesafe.idempotency._metrics import RETRIES, RETRIES_THROTTLED, answered
@@ -47,6 +39,13 @@ from writesafe.idempotency._reads import run_read
 from writesafe.idempotency._recording import LEDGER_ERRORS, record_outcome
 from writesafe.idempotency._results import ResultNotStored
 from writesafe.idempotency._spec import GuardedCall
+from writesafe.idempotency._store_answers import (
+    CachedOutcome,
+    LeaseState,
+    StoreClaim,
+    lease_token,
+    same_payload,
+)
 from writesafe.idempotency._tracing import traced_call, tracing_on
 from writesafe.ledger import Claim, Intent, LeaseHeld, Ledger, OperationRecord, Outcome, Status
 from writesafe.reconciler import (
@@ -81,6 +80,9 @@ from writesafe.reconciler import (
     waits_for_delay,
     write_not_started,
 )
+
+if TYPE_CHECKING:
+    from writesafe.idempotency._keystore import RedisKeyStore
 
 logger = logging.getLogger("writesafe")
 

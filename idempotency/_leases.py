@@ -15,10 +15,13 @@ import logging
 import time
 from contextvars import Context
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from writesafe.idempotency._fence import Fence
-from writesafe.idempotency._keystore import RedisKeyStore
 from writesafe.ledger import Ledger
+
+if TYPE_CHECKING:
+    from writesafe.idempotency._keystore import RedisKeyStore
 
 logger = logging.getLogger("writesafe")
 

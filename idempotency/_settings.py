@@ -5,8 +5,8 @@ from __future__ import annotations
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from writesafe.idempotency._keystore import DEFAULT_MAX_CACHED_BYTES
 from writesafe.idempotency._results import DEFAULT_MAX_RESULT_BYTES
+from writesafe.idempotency._store_answers import DEFAULT_MAX_CACHED_BYTES
 from writesafe.ledger import DEFAULT_DATABASE_URL
 
 

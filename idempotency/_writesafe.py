@@ -6,7 +6,7 @@ import asyncio
 import inspect
 from collections.abc import Callable, Coroutine, Mapping
 from types import TracebackType
-from typing import Any, Protocol, TypeVar, cast, overload
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar, cast, overload
 
 from pydantic import ValidationError
 
@@ -15,7 +15,6 @@ from writesafe.idempotency._context import OperationContext, current_operation
 from writesafe.idempotency._errors import invalid_input
 from writesafe.idempotency._guard import Guard, GuardSettings
 from writesafe.idempotency._keys import DEFAULT_SCOPE, validate_key
-from writesafe.idempotency._keystore import RedisKeyStore
 from writesafe.idempotency._recording import LEDGER_ERRORS
 from writesafe.idempotency._results import ResultCodec, ResultNotStored
 from writesafe.idempotency._settings import WriteSafeSettings
@@ -47,6 +46,9 @@ from writesafe.reconciler import (
     resolve_operation,
 )
 
+if TYPE_CHECKING:
+    from writesafe.idempotency._keystore import RedisKeyStore
+
 MAX_REASON_LENGTH = 4_096
 
 R = TypeVar("R")
@@ -63,6 +65,21 @@ class ToolDecorator(Protocol):
     ) -> Tool[R]: ...
     @overload
     def __call__(self, function: Callable[..., R], /) -> SyncTool[R]: ...
+
+
+def _key_store(settings: WriteSafeSettings) -> RedisKeyStore:
+    """The Redis key store of `settings`; redis-py (half a second to import) loads only here, so
+    a deployment without Redis never loads it."""
+    from writesafe.idempotency._keystore import RedisKeyStore
+
+    assert settings.redis_url is not None
+    return RedisKeyStore(
+        settings.redis_url,
+        prefix=settings.redis_prefix,
+        # The cache never outlives the ledger row it answers for (docs/operations.md).
+        outcome_ttl=min(settings.outcome_ttl, settings.retention),
+        max_result_bytes=settings.redis_max_result_bytes,
+    )
 
 
 class WriteSafe:
@@ -113,17 +130,7 @@ class WriteSafe:
             pool_size=self.settings.pool_size,
             lease_seconds=self.settings.lease_seconds,
         )
-        self.keystore = (
-            RedisKeyStore(
-                self.settings.redis_url,
-                prefix=self.settings.redis_prefix,
-                # The cache never outlives the ledger row it answers for (docs/operations.md).
-                outcome_ttl=min(self.settings.outcome_ttl, self.settings.retention),
-                max_result_bytes=self.settings.redis_max_result_bytes,
-            )
-            if self.settings.redis_url
-            else None
-        )
+        self.keystore = _key_store(self.settings) if self.settings.redis_url else None
         self._guard = Guard(
             self.ledger,
             self.keystore,

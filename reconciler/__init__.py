@@ -4,6 +4,11 @@ reconciliation (jobs and operator resolution).
 Imports `ledger` only. Its `cli` and `service` entry packages may also import `idempotency`.
 """
 
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
 from writesafe.reconciler._absence import Absence, after_absence
 from writesafe.reconciler._adapters import (
     DEFAULT_ADAPTER,
@@ -70,7 +75,6 @@ from writesafe.reconciler._failures import (
 )
 from writesafe.reconciler._http_preset import HTTP_ADAPTER, HTTP_RULES, http_adapter
 from writesafe.reconciler._lookup import Found, LookupResult, NotFound, Unknown
-from writesafe.reconciler._mcp import from_call_tool_result, to_call_tool_result
 from writesafe.reconciler._problem import (
     HTTP_STATUS,
     PROBLEM_MEDIA_TYPE,
@@ -135,6 +139,16 @@ from writesafe.reconciler._webmcp import (
     to_webmcp_text,
 )
 from writesafe.reconciler._wire import read_envelope
+
+if TYPE_CHECKING:
+    from writesafe.reconciler._mcp import from_call_tool_result, to_call_tool_result
+
+# The MCP renderings import `mcp_types`, whose pydantic models take about half a second to build:
+# every process that imports writesafe (each worker, each CLI run) would pay it, most never use it.
+_ON_FIRST_USE = {
+    "from_call_tool_result": "writesafe.reconciler._mcp",
+    "to_call_tool_result": "writesafe.reconciler._mcp",
+}
 
 __all__ = [
     "BUILTIN_VERDICTS",
@@ -266,3 +280,10 @@ __all__ = [
     "waits_for_delay",
     "write_not_started",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    module = _ON_FIRST_USE.get(name)
+    if module is None:
+        raise AttributeError(f"module 'writesafe.reconciler' has no attribute {name!r}")
+    return getattr(importlib.import_module(module), name)

@@ -7,7 +7,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from tests.conftest import REDIS_URL
-from writesafe.idempotency._keystore import CachedOutcome, LeaseState, RedisKeyStore
+from writesafe.idempotency._keystore import RedisKeyStore
+from writesafe.idempotency._store_answers import CachedOutcome, LeaseState
 
 printable = st.text(st.characters(min_codepoint=0x20, max_codepoint=0x7E), min_size=1)
 

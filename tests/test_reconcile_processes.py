@@ -151,13 +151,19 @@ def test_a_worker_killed_after_the_commit_is_reconciled_by_the_cli(
     assert run_sync(deployment.shop.lookups_by_reference()) == {"ord-kill": 1}
 
 
+OPERATIONS = 500
+
+
 @pytest.mark.postgres
 @pytest.mark.pg_connections(30)
 @pytest.mark.parametrize("backend", ["postgres"])
-def test_four_reconcilers_resolve_two_thousand_operations_exactly_once(
+def test_four_reconcilers_resolve_five_hundred_operations_exactly_once(
     deployment: Deployment,
 ) -> None:
-    keys = [f"k{n:04d}" for n in range(2_000)]
+    # 125 batches of 4, claimed by four workers at once from one due queue: with the claim's
+    # row locks removed, 112 of the 500 were claimed twice (superseded), so a shared claim
+    # shows at this size; 2,000 operations only took four times the wall time.
+    keys = [f"k{n:04d}" for n in range(OPERATIONS)]
     present = keys[::2]
     run_sync(_seed_unknown(deployment, keys))
     run_sync(deployment.shop.seed(present, "A1"))
@@ -185,9 +191,9 @@ def test_four_reconcilers_resolve_two_thousand_operations_exactly_once(
     unknown_reasons = run_sync(_unknown_reasons(deployment))
     assert not unknown_reasons, unknown_reasons
     assert totals == {
-        "examined": 2_000,
-        "found": 1_000,
-        "absent": 1_000,
+        "examined": OPERATIONS,
+        "found": OPERATIONS // 2,
+        "absent": OPERATIONS // 2,
         "still_unknown": 0,
         "escalated": 0,
         "superseded": 0,
@@ -198,10 +204,10 @@ def test_four_reconcilers_resolve_two_thousand_operations_exactly_once(
     # One lookup per operation downstream, and one audited lookup attempt each in the ledger.
     assert run_sync(deployment.shop.lookups_by_reference()) == dict.fromkeys(keys, 1)
     ledger_view = run_sync(_ledger_view(deployment))
-    assert ledger_view["lookups_per_operation"] == {1: 2_000}
+    assert ledger_view["lookups_per_operation"] == {1: OPERATIONS}
     # Seeded at version 1: one claim and one transition each, so all at version 3.
-    assert ledger_view["versions"] == {3: 2_000}
-    assert ledger_view["statuses"] == {"succeeded": 1_000, "failed": 1_000}
+    assert ledger_view["versions"] == {3: OPERATIONS}
+    assert ledger_view["statuses"] == {"succeeded": OPERATIONS // 2, "failed": OPERATIONS // 2}
     assert ledger_view["succeeded_keys"] == set(present)
 
 

@@ -13,8 +13,9 @@ from sqlalchemy import text
 
 from tests.conftest import PG_URL, REDIS_URL, MakeWriteSafe
 from writesafe import Status, Tool, WriteSafe, WriteSafeError
-from writesafe.idempotency._keystore import CachedOutcome, LeaseState, RedisKeyStore
+from writesafe.idempotency._keystore import RedisKeyStore
 from writesafe.idempotency._redis_connections import pack
+from writesafe.idempotency._store_answers import CachedOutcome, LeaseState
 from writesafe.ledger import ManualClock
 from writesafe.ledger._pg_writer import PostgresWriter
 

@@ -32,7 +32,8 @@ from writesafe import (
     WriteSafeError,
 )
 from writesafe.idempotency._guard import Look
-from writesafe.idempotency._keystore import LeaseState, RedisKeyStore
+from writesafe.idempotency._keystore import RedisKeyStore
+from writesafe.idempotency._store_answers import LeaseState
 from writesafe.ledger._engine import sqlite_path
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -16,7 +16,6 @@ from writesafe.cli._options import AppOption, DatabaseUrlOption, JsonOption, Sch
 from writesafe.cli._runner import run
 from writesafe.idempotency import WriteSafe
 from writesafe.ledger import ApiKeyRecord, ApiKeys, Role
-from writesafe.service import create_api_key
 
 T = TypeVar("T")
 
@@ -50,6 +49,9 @@ def create(
     as_json: JsonOption = False,
 ) -> None:
     """Create a key and print it once: only its SHA-256 is stored, it cannot be shown again."""
+    # The service package loads FastAPI (most of a second): only the commands that need it.
+    from writesafe.service import create_api_key
+
     ws = app_or_settings(app, database_url, schema)
     record, token = _run(
         ws, lambda keys: create_api_key(keys, scope=scope, role=role, name=name), writes=True

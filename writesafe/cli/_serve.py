@@ -19,7 +19,6 @@ from writesafe.cli._loading import load_app
 from writesafe.cli._options import AppArgument
 from writesafe.cli._runner import run
 from writesafe.idempotency import WriteSafe, configure_logging
-from writesafe.service import create_app
 
 HostOption = Annotated[
     str,
@@ -69,6 +68,9 @@ def serve(
 ) -> None:
     """Serve the HTTP API for your WriteSafe until SIGINT/SIGTERM (API keys: `writesafe keys`).
     Exit 3 if the ledger cannot be reached, 1 if its schema is not current."""
+    # The service package loads FastAPI (most of a second): only the commands that need it.
+    from writesafe.service import create_app
+
     ws = load_app(app)
     if json_logs:
         configure_logging(json=True)
