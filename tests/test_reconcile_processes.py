@@ -113,7 +113,9 @@ def test_a_worker_killed_after_the_commit_is_reconciled_by_the_cli(
         "tests.apps.place_order",
         "ord-kill",
         "A1",
-        extra={"SHOP_HANG_AFTER_COMMIT": str(marker)},
+        # 3 s, not the deployment's 1 s: the child must reach its commit inside the lease on a
+        # loaded machine too, or its fence ends the write and there is no crash to reconcile.
+        extra={"SHOP_HANG_AFTER_COMMIT": str(marker), "WRITESAFE_LEASE_SECONDS": "3"},
     )
     deadline = time.monotonic() + 60
     while not marker.exists():
