@@ -394,20 +394,30 @@ def _print(report: dict[str, Any]) -> None:
             name, floors_explained[name], us(report["floor_us"][name] / 1e6), f"{ratio:.2f}x"
         )
     console.print(ratios)
-    sync = Table(title="p50 of the sync path against the async path's, in the same run")
-    for column in ("call", "ratio"):
-        sync.add_column(column, justify="left" if column == "call" else "right")
-    for name, ratio in report["sync_ratio_p50"].items():
-        sync.add_row(name, f"{ratio:.2f}x")
-    console.print(sync)
-    one_clock = Table(title="p50 on the server's clock against the client's, same run")
-    for column in ("call", "ratio"):
-        one_clock.add_column(column, justify="left" if column == "call" else "right")
-    for name, ratio in report["one_clock_ratio_p50"].items():
-        one_clock.add_row(name, f"{ratio:.2f}x")
-    console.print(one_clock)
+    console.print(
+        _ratio_table(
+            "p50 of the sync path against the async path's, in the same run",
+            report["sync_ratio_p50"],
+        )
+    )
+    console.print(
+        _ratio_table(
+            "p50 on the server's clock against the client's, same run",
+            report["one_clock_ratio_p50"],
+        )
+    )
     for target, met in report["targets"].items():
         console.print(f"{'MET ' if met else 'MISSED'}  {target}")
+
+
+def _ratio_table(title: str, ratios: dict[str, float]) -> Table:
+    """A two-column table of same-run ratios, one call a row."""
+    table = Table(title=title)
+    for column in ("call", "ratio"):
+        table.add_column(column, justify="left" if column == "call" else "right")
+    for name, ratio in ratios.items():
+        table.add_row(name, f"{ratio:.2f}x")
+    return table
 
 
 def main() -> None:
