@@ -281,6 +281,8 @@ async def test_sync_status_reconcile_and_resolve(make_ws: MakeWriteSafe) -> None
     assert await asyncio.to_thread(ws.sync.status, "never") is None
 
 
+# Forking a process that has threads is what this test is about; Python 3.12 warns of it.
+@pytest.mark.filterwarnings("ignore:This process .* is multi-threaded:DeprecationWarning")
 async def test_a_forked_child_starts_its_own_loop_thread(make_ws: MakeWriteSafe) -> None:
     ws = make_ws()
 
