@@ -129,5 +129,5 @@ __all__ = [
 def __getattr__(name: str) -> Any:
     module = _INTEGRATIONS.get(name)
     if module is None:
-        raise AttributeError(f"module 'idempotency' has no attribute {name!r}")
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
     return getattr(importlib.import_module(module), name)

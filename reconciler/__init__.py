@@ -285,5 +285,5 @@ __all__ = [
 def __getattr__(name: str) -> Any:
     module = _ON_FIRST_USE.get(name)
     if module is None:
-        raise AttributeError(f"module 'writesafe.reconciler' has no attribute {name!r}")
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
     return getattr(importlib.import_module(module), name)
