@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import httpx
+import pytest
 from fastapi import FastAPI
 
 from tests.loopback import on_loopback
@@ -19,6 +20,9 @@ from writesafe.service import create_api_key
 from writesafe.service._problems import SERVICE_CODES
 
 SCOPES = ("tenant-a", "tenant-b")
+# A test that meets the shared `service` (see conftest.py) runs on its module's event loop, the
+# loop that service was started on.
+on_the_module_loop = pytest.mark.asyncio(loop_scope="module")
 
 
 @dataclass

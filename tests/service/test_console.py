@@ -8,74 +8,16 @@ another's operations, sessions or revocations.
 from __future__ import annotations
 
 import contextlib
-import itertools
 import re
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 
 import httpx
 import pytest
-import pytest_asyncio
 
-from tests.conftest import BACKENDS, ConnectionBudget, fresh_prefix, fresh_schema, store_arguments
-from tests.service.support import Service, issue_keys, seed, served
-from writesafe import WriteSafe
+from tests.service.support import Service, on_the_module_loop, seed
 from writesafe.ledger import ApiKeys, Role, Status
-from writesafe.service import create_app
 from writesafe.service._console_chart import HEIGHT, hourly_chart
-
-# The async tests run on the module's event loop, the loop of the shared service.
-on_the_module_loop = pytest.mark.asyncio(loop_scope="module")
-_tenants = itertools.count()
-
-
-@pytest_asyncio.fixture(scope="module", loop_scope="module", params=BACKENDS)
-async def started(
-    request: pytest.FixtureRequest,
-    tmp_path_factory: pytest.TempPathFactory,
-    connection_budget: ConnectionBudget,
-) -> AsyncIterator[WriteSafe]:
-    """A started WriteSafe on isolated stores of the backend, for every test of the module."""
-    with contextlib.ExitStack() as stack:
-        if request.param != "sqlite":
-            # The one connection that migrates, and that makes and drops the schema; the tests'
-            # own connections count against their slots (see `service`).
-            stack.enter_context(connection_budget.hold(1))
-        options = store_arguments(
-            request.param,
-            tmp_path_factory.mktemp("console"),
-            lambda: stack.enter_context(fresh_schema()),
-            lambda: stack.enter_context(fresh_prefix()),
-        )
-        ws = WriteSafe(**options)
-        try:
-            await ws.start()
-            yield ws
-        finally:
-            await ws.close()
-
-
-@pytest_asyncio.fixture(scope="module", loop_scope="module", params=["asgi", "uvicorn"])
-async def reached(
-    request: pytest.FixtureRequest, started: WriteSafe
-) -> AsyncIterator[tuple[str, httpx.AsyncBaseTransport | None]]:
-    """The service of `started`, in-process or through one uvicorn on loopback."""
-    async with served(create_app(started), request.param) as base_url_and_transport:
-        yield base_url_and_transport
-
-
-@pytest_asyncio.fixture(loop_scope="module")
-async def service(
-    started: WriteSafe, reached: tuple[str, httpx.AsyncBaseTransport | None]
-) -> AsyncIterator[Service]:
-    """The module's service, with two fresh tenants for this test and one key per role in each."""
-    n = next(_tenants)
-    scopes = (f"tenant-a-{n}", f"tenant-b-{n}")
-    tokens = await issue_keys(started, scopes)
-    yield Service(started, *reached, tokens, scopes)
-    if not started.ledger.is_sqlite:
-        # Between tests no PostgreSQL connection stays open outside the budget's slots.
-        await started.ledger.close()
 
 
 @contextlib.asynccontextmanager

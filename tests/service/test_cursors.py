@@ -10,12 +10,19 @@ import httpx
 from pydantic import SecretStr
 
 from tests.conftest import MakeWriteSafe
-from tests.service.support import SCOPES, Service, assert_problem, issue_keys, served
+from tests.service.support import (
+    SCOPES,
+    Service,
+    assert_problem,
+    issue_keys,
+    on_the_module_loop,
+    served,
+)
 from writesafe import WriteSafe
 from writesafe.ledger import Role
 from writesafe.service import ServiceSettings, create_app
 
-A, B = SCOPES
+A = SCOPES[0]
 
 
 async def _fill(ws: WriteSafe, scope: str, count: int) -> None:
@@ -39,11 +46,13 @@ def _refused_cursor(response: httpx.Response) -> None:
     assert body["errors"][0]["location"] == "query"
 
 
+@on_the_module_loop
 async def test_a_cursor_shows_no_position(service: Service) -> None:
-    await _fill(service.ws, A, 5)
-    async with service.as_(A, Role.READER) as client:
+    tenant_a = service.scopes[0]
+    await _fill(service.ws, tenant_a, 5)
+    async with service.as_(tenant_a, Role.READER) as client:
         first, again = await _first_cursor(client), await _first_cursor(client)
-    last = await service.ws.ledger.get(A, "k1")
+    last = await service.ws.ledger.get(tenant_a, "k1")
     assert last is not None
     assert re.fullmatch(r"[A-Za-z0-9_-]{59}", first)
     raw = base64.urlsafe_b64decode(first + "=")
@@ -51,9 +60,11 @@ async def test_a_cursor_shows_no_position(service: Service) -> None:
     assert first != again  # … nor is the same position spelled the same way twice
 
 
+@on_the_module_loop
 async def test_an_edited_cursor_is_refused(service: Service) -> None:
-    await _fill(service.ws, A, 5)
-    async with service.as_(A, Role.READER) as client:
+    tenant_a = service.scopes[0]
+    await _fill(service.ws, tenant_a, 5)
+    async with service.as_(tenant_a, Role.READER) as client:
         cursor = await _first_cursor(client)
         flipped = cursor[:20] + ("A" if cursor[20] != "A" else "B") + cursor[21:]
         edited = await client.get("/v1/operations", params={"cursor": flipped})
@@ -64,12 +75,14 @@ async def test_an_edited_cursor_is_refused(service: Service) -> None:
     assert [op["key"] for op in honest.json()["items"]] == ["k2", "k3"]
 
 
+@on_the_module_loop
 async def test_another_tenants_cursor_is_refused(service: Service) -> None:
-    await _fill(service.ws, A, 5)
-    await _fill(service.ws, B, 5)
-    async with service.as_(A, Role.READER) as client:
+    tenant_a, tenant_b = service.scopes
+    await _fill(service.ws, tenant_a, 5)
+    await _fill(service.ws, tenant_b, 5)
+    async with service.as_(tenant_a, Role.READER) as client:
         cursor = await _first_cursor(client)
-    async with service.as_(B, Role.OPERATOR) as client:
+    async with service.as_(tenant_b, Role.OPERATOR) as client:
         _refused_cursor(await client.get("/v1/operations", params={"cursor": cursor}))
 
 

@@ -1,7 +1,8 @@
 """The service through real HTTP: every endpoint, both roles, tenant isolation.
 
 Each test runs on every ledger backend (SQLite, PostgreSQL, PostgreSQL+Redis) and through two
-transports: httpx against the ASGI app in-process, and httpx against uvicorn on loopback.
+transports: httpx against the ASGI app in-process, and httpx against uvicorn on loopback. The
+module shares one service per backend and transport, in fresh tenants per test (conftest.py).
 """
 
 from __future__ import annotations
@@ -12,12 +13,20 @@ from datetime import datetime
 import pytest
 
 from tests.conftest import PG_URL
-from tests.service.support import SCOPES, Service, assert_problem, issue_keys, seed, served
+from tests.service.support import (
+    SCOPES,
+    Service,
+    assert_problem,
+    issue_keys,
+    on_the_module_loop,
+    seed,
+    served,
+)
 from writesafe import WriteSafe
 from writesafe.ledger import ApiKeys, Role
 from writesafe.service import create_app
 
-A, B = SCOPES
+pytestmark = on_the_module_loop
 READER, OPERATOR, ADMIN = Role.READER, Role.OPERATOR, Role.ADMIN
 RESOLVE_BODY = {"outcome": "failed", "reason": "checked"}
 
@@ -47,7 +56,8 @@ async def test_health_needs_no_key(service: Service) -> None:
 async def test_every_other_endpoint_needs_a_valid_key(
     service: Service, method: str, path: str
 ) -> None:
-    revoked_token = service.tokens[A, OPERATOR]
+    tenant_a = service.scopes[0]
+    revoked_token = service.tokens[tenant_a, OPERATOR]
     store = ApiKeys(service.ws.ledger.engine)
     key_id = revoked_token.split("_")[1]
     assert (await store.revoke(key_id)) is not None
@@ -70,16 +80,17 @@ async def test_every_other_endpoint_needs_a_valid_key(
 
 @pytest.mark.parametrize("role", [READER, OPERATOR])
 async def test_status_by_key_for_each_state(service: Service, role: Role) -> None:
-    seeded = await seed(service.ws, A)
-    async with service.as_(A, role) as client:
+    tenant_a = service.scopes[0]
+    seeded = await seed(service.ws, tenant_a)
+    async with service.as_(tenant_a, role) as client:
         for key, status in seeded.items():
             response = await client.get(f"/v1/operations/{key}")
             assert response.status_code == 200, response.text
             body = response.json()
-            assert (body["key"], body["scope"], body["status"]) == (key, A, status.value)
+            assert (body["key"], body["scope"], body["status"]) == (key, tenant_a, status.value)
             assert body["tool"] == "submit_order"
             assert body["attempts"][0]["kind"] == "execution"
-    async with service.as_(A, role) as client:
+    async with service.as_(tenant_a, role) as client:
         ok = (await client.get("/v1/operations/ok")).json()
         denied = (await client.get("/v1/operations/denied")).json()
     assert ok["result"] == {"order_id": "o-1", "sku": "A1"}
@@ -89,8 +100,9 @@ async def test_status_by_key_for_each_state(service: Service, role: Role) -> Non
 
 
 async def test_attempts_of_an_operation(service: Service) -> None:
-    await seed(service.ws, A)
-    async with service.as_(A, READER) as client:
+    tenant_a = service.scopes[0]
+    await seed(service.ws, tenant_a)
+    async with service.as_(tenant_a, READER) as client:
         response = await client.get("/v1/operations/lost/attempts")
     assert response.status_code == 200
     body = response.json()
@@ -105,8 +117,9 @@ async def test_attempts_of_an_operation(service: Service) -> None:
 
 
 async def test_a_key_never_sees_another_scope(service: Service) -> None:
-    await seed(service.ws, A)
-    async with service.as_(B, OPERATOR) as client:
+    tenant_a, tenant_b = service.scopes
+    await seed(service.ws, tenant_a)
+    async with service.as_(tenant_b, OPERATOR) as client:
         foreign = await client.get("/v1/operations/ok")
         missing = await client.get("/v1/operations/never-used")
         foreign_attempts = await client.get("/v1/operations/ok/attempts")
@@ -119,9 +132,10 @@ async def test_a_key_never_sees_another_scope(service: Service) -> None:
 
 
 async def test_listing_filters_and_stays_in_scope(service: Service) -> None:
-    seeded = await seed(service.ws, A)
-    await seed(service.ws, B, prefix="b-")
-    async with service.as_(A, READER) as client:
+    tenant_a, tenant_b = service.scopes
+    seeded = await seed(service.ws, tenant_a)
+    await seed(service.ws, tenant_b, prefix="b-")
+    async with service.as_(tenant_a, READER) as client:
         everything = (await client.get("/v1/operations")).json()
         unknown = (await client.get("/v1/operations", params={"status": "outcome_unknown"})).json()
         two = await client.get(
@@ -132,7 +146,7 @@ async def test_listing_filters_and_stays_in_scope(service: Service) -> None:
         recent = (await client.get("/v1/operations", params={"older_than": 3600})).json()
         old_enough = (await client.get("/v1/operations", params={"older_than": 0})).json()
     assert {op["key"] for op in everything["items"]} == set(seeded)
-    assert all(op["scope"] == A and "attempts" not in op for op in everything["items"])
+    assert all(op["scope"] == tenant_a and "attempts" not in op for op in everything["items"])
     assert [op["key"] for op in unknown["items"]] == ["lost"]
     assert {op["key"] for op in two.json()["items"]} == {"ok", "stuck"}
     assert {op["key"] for op in by_tool["items"]} == set(seeded)
@@ -144,15 +158,17 @@ async def test_listing_filters_and_stays_in_scope(service: Service) -> None:
 
 
 async def test_keyset_pagination_walks_every_row_once(service: Service) -> None:
-    @service.ws.tool("noop")
+    tenant_a, tenant_b = service.scopes
+
+    @service.ws.tool(f"noop-{tenant_a}")
     async def noop(n: int) -> int:
         return n
 
     for n in range(7):
-        await noop(n, idempotency_key=f"k{n}", scope=A)
+        await noop(n, idempotency_key=f"k{n}", scope=tenant_a)
     seen: list[str] = []
     cursor: str | None = None
-    async with service.as_(A, READER) as client:
+    async with service.as_(tenant_a, READER) as client:
         for _ in range(10):
             params: dict[str, str | int] = {"limit": 3}
             if cursor:
@@ -165,24 +181,38 @@ async def test_keyset_pagination_walks_every_row_once(service: Service) -> None:
             # A row changed after the page was read moves to the end; it is not lost.
         # The other tenant's key cannot use the cursor to see tenant A's rows.
     assert seen == [f"k{n}" for n in range(7)]
-    async with service.as_(B, READER) as client:
+    async with service.as_(tenant_b, READER) as client:
         first = (await client.get("/v1/operations", params={"limit": 3})).json()
     assert first == {"items": [], "next_cursor": None}
 
 
+def _pending(metrics: str) -> dict[str, float]:
+    found = re.findall(r'writesafe_operations_pending\{status="(\w+)"\} (\S+)', metrics)
+    return {status: float(count) for status, count in found}
+
+
 async def test_metrics_are_for_admins(service: Service) -> None:
-    await seed(service.ws, A)
+    tenant_a = service.scopes[0]
+    async with service.as_(tenant_a, ADMIN) as client:
+        before = _pending((await client.get("/metrics")).text)
+    await seed(service.ws, tenant_a)
     for role in (READER, OPERATOR):  # a tenant's operator must not see every tool's volumes
-        async with service.as_(A, role) as client:
+        async with service.as_(tenant_a, role) as client:
             assert_problem(await client.get("/metrics"), 403, "ACCESS_DENIED")
-    async with service.as_(A, ADMIN) as client:
+    async with service.as_(tenant_a, ADMIN) as client:
         await client.get("/v1/operations/ok")
         response = await client.get("/metrics")
     assert response.status_code == 200
     assert response.headers["content-type"].startswith("text/plain")
     text = response.text
-    assert 'writesafe_operations_pending{status="needs_attention"} 1.0' in text
-    assert 'writesafe_operations_pending{status="outcome_unknown"} 1.0' in text
+    # The gauge counts the whole ledger, which the module's other tests share: the seed adds
+    # one operation that needs attention and one of unknown outcome, and none in flight.
+    after = _pending(text)
+    assert {status: after[status] - before[status] for status in after} == {
+        "in_flight": 0,
+        "needs_attention": 1,
+        "outcome_unknown": 1,
+    }
     requests = r'writesafe_http_requests_total\{method="GET",route="/v1/operations/\{key\}"'
     assert re.search(requests + r',status="200"\} [1-9]', text)
     assert "writesafe_http_request_seconds_bucket" in text
@@ -190,10 +220,11 @@ async def test_metrics_are_for_admins(service: Service) -> None:
 
 
 async def test_reconcile_is_one_bounded_pass_for_operators(service: Service) -> None:
-    await seed(service.ws, A)
-    async with service.as_(A, READER) as client:
+    tenant_a = service.scopes[0]
+    await seed(service.ws, tenant_a)
+    async with service.as_(tenant_a, READER) as client:
         assert_problem(await client.post("/v1/reconcile", json={}), 403, "ACCESS_DENIED")
-    async with service.as_(A, OPERATOR) as client:
+    async with service.as_(tenant_a, OPERATOR) as client:
         response = await client.post("/v1/reconcile", json={"limit": 10})
         lost = (await client.get("/v1/operations/lost")).json()
         again = (await client.post("/v1/reconcile")).json()  # the body is optional
@@ -204,27 +235,28 @@ async def test_reconcile_is_one_bounded_pass_for_operators(service: Service) -> 
     assert lost["result"] == {"order_id": "o-found"}
     assert [a["kind"] for a in lost["attempts"]] == ["execution", "lookup"]
     assert again["examined"] == 0  # nothing left due
-    async with service.as_(A, ADMIN) as client:
+    async with service.as_(tenant_a, ADMIN) as client:
         metrics = (await client.get("/metrics")).text
     assert re.search(r'writesafe_reconciled_total\{verdict="found"\} [1-9]', metrics)
     assert "writesafe_reconcile_pass_seconds_count" in metrics
 
 
 async def test_resolve_is_for_operators_of_the_scope_and_audited(service: Service) -> None:
-    await seed(service.ws, A)
+    tenant_a, tenant_b = service.scopes
+    await seed(service.ws, tenant_a)
     body = {
         "outcome": "succeeded",
         "reason": "ticket T-1: the shop has order o-9",
         "result": {"order_id": "o-9"},
     }
-    async with service.as_(A, READER) as client:
+    async with service.as_(tenant_a, READER) as client:
         assert_problem(
             await client.post("/v1/operations/stuck/resolve", json=body), 403, "ACCESS_DENIED"
         )
-    async with service.as_(B, OPERATOR) as client:
+    async with service.as_(tenant_b, OPERATOR) as client:
         foreign = await client.post("/v1/operations/stuck/resolve", json=body)
     assert_problem(foreign, 404)
-    async with service.as_(A, OPERATOR) as client:
+    async with service.as_(tenant_a, OPERATOR) as client:
         response = await client.post(
             "/v1/operations/stuck/resolve", json={**body, "evidence": {"ticket": "T-1"}}
         )
@@ -235,9 +267,9 @@ async def test_resolve_is_for_operators_of_the_scope_and_audited(service: Servic
     resolved = response.json()
     assert (resolved["status"], resolved["result"]) == ("succeeded", {"order_id": "o-9"})
     audit = resolved["attempts"][-1]
-    key_id = service.tokens[A, OPERATOR].split("_")[1]
+    key_id = service.tokens[tenant_a, OPERATOR].split("_")[1]
     assert audit["kind"] == "operator"
-    assert audit["actor"] == f"api-key:{key_id} (tenant-a-operator)"
+    assert audit["actor"] == f"api-key:{key_id} ({tenant_a}-operator)"
     assert audit["reason"] == body["reason"]
     assert audit["evidence"]["operator_evidence"] == {"ticket": "T-1"}
     assert_problem(twice, 409)
@@ -246,8 +278,9 @@ async def test_resolve_is_for_operators_of_the_scope_and_audited(service: Servic
 
 
 async def test_resolve_as_failed(service: Service) -> None:
-    await seed(service.ws, A)
-    async with service.as_(A, OPERATOR) as client:
+    tenant_a = service.scopes[0]
+    await seed(service.ws, tenant_a)
+    async with service.as_(tenant_a, OPERATOR) as client:
         response = await client.post(
             "/v1/operations/stuck/resolve",
             json={"outcome": "failed", "reason": "the shop has no such order"},
@@ -269,7 +302,7 @@ async def test_readiness_names_the_store_that_does_not_answer(pg_schema: str) ->
             service = Service(ws, base_url, transport, tokens)
             async with service.client() as client:
                 ready = await client.get("/readyz")
-            async with service.as_(A, READER) as client:
+            async with service.as_(SCOPES[0], READER) as client:
                 listing = await client.get("/v1/operations")
     finally:
         await ws.close()

@@ -11,19 +11,20 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.service.support import SCOPES, Service, assert_problem, seed
+from tests.service.support import Service, assert_problem, on_the_module_loop, seed
 from writesafe import MAX_KEY_LENGTH
 from writesafe.ledger import ApiKeys, Role, Status
 from writesafe.service import ServiceSettings, create_api_key
 
-A, _ = SCOPES
+pytestmark = on_the_module_loop
 OPERATOR, READER = Role.OPERATOR, Role.READER
 RESOLVE = "/v1/operations/stuck/resolve"
 GOOD = {"outcome": "failed", "reason": "checked with the shop"}
 
 
 async def test_oversized_and_unusable_keys(service: Service) -> None:
-    async with service.as_(A, READER) as client:
+    tenant_a = service.scopes[0]
+    async with service.as_(tenant_a, READER) as client:
         too_long = await client.get(f"/v1/operations/{'k' * (MAX_KEY_LENGTH + 1)}")
         control = await client.get("/v1/operations/bad%00key")
         padded = await client.get("/v1/operations/%20padded%20")
@@ -38,15 +39,18 @@ async def test_oversized_and_unusable_keys(service: Service) -> None:
 
 
 async def test_unicode_keys_and_tools(service: Service) -> None:
-    @service.ws.tool("заказ·送信")
+    tenant_a = service.scopes[0]
+    tool = f"заказ·送信·{tenant_a}"
+
+    @service.ws.tool(tool)
     async def submit(order: str) -> str:
         return order[::-1]
 
     key = "ключ-🔑-鍵"
-    await submit("αβγ", idempotency_key=key, scope=A)
-    async with service.as_(A, READER) as client:
+    await submit("αβγ", idempotency_key=key, scope=tenant_a)
+    async with service.as_(tenant_a, READER) as client:
         found = await client.get(f"/v1/operations/{key}")
-        listed = await client.get("/v1/operations", params={"tool": "заказ·送信"})
+        listed = await client.get("/v1/operations", params={"tool": tool})
         surrogate = await client.get("/v1/operations/%ED%A0%80")  # UTF-8 of a lone surrogate
     assert found.status_code == 200
     assert (found.json()["key"], found.json()["result"]) == (key, "γβα")
@@ -72,7 +76,8 @@ async def test_unicode_keys_and_tools(service: Service) -> None:
     ],
 )
 async def test_bad_listing_parameters(service: Service, params: dict[str, Any]) -> None:
-    async with service.as_(A, READER) as client:
+    tenant_a = service.scopes[0]
+    async with service.as_(tenant_a, READER) as client:
         response = await client.get("/v1/operations", params=params)
     body = assert_problem(response, 422, "INPUT_INVALID")
     assert body["field"].split(".")[0] == next(iter(params))
@@ -80,7 +85,8 @@ async def test_bad_listing_parameters(service: Service, params: dict[str, Any]) 
 
 
 async def test_a_single_valued_parameter_given_twice_is_refused(service: Service) -> None:
-    async with service.as_(A, READER) as client:
+    tenant_a = service.scopes[0]
+    async with service.as_(tenant_a, READER) as client:
         twice = await client.get("/v1/operations", params=[("limit", 5), ("limit", 6)])
         statuses = await client.get(
             "/v1/operations", params=[("status", "failed"), ("status", "succeeded")]
@@ -90,8 +96,9 @@ async def test_a_single_valued_parameter_given_twice_is_refused(service: Service
 
 
 async def test_a_tool_filter_no_tool_can_have_matches_nothing(service: Service) -> None:
-    await seed(service.ws, A)
-    async with service.as_(A, READER) as client:
+    tenant_a = service.scopes[0]
+    await seed(service.ws, tenant_a)
+    async with service.as_(tenant_a, READER) as client:
         response = await client.get("/v1/operations", params={"tool": "nul\x00tool"})
     assert response.json() == {"items": [], "next_cursor": None}
 
@@ -123,8 +130,9 @@ async def test_a_tool_filter_no_tool_can_have_matches_nothing(service: Service) 
 async def test_bad_bodies_change_nothing(
     service: Service, content: bytes, headers: dict[str, str], field: str | None
 ) -> None:
-    await seed(service.ws, A)
-    async with service.as_(A, OPERATOR) as client:
+    tenant_a = service.scopes[0]
+    await seed(service.ws, tenant_a)
+    async with service.as_(tenant_a, OPERATOR) as client:
         response = await client.post(
             RESOLVE, content=content, headers={"content-type": "application/json", **headers}
         )
@@ -138,11 +146,12 @@ async def test_bad_bodies_change_nothing(
 
 
 async def test_deeply_nested_result_is_refused(service: Service) -> None:
-    await seed(service.ws, A)
+    tenant_a = service.scopes[0]
+    await seed(service.ws, tenant_a)
     nested: Any = "x"
     for _ in range(300):
         nested = {"n": nested}
-    async with service.as_(A, OPERATOR) as client:
+    async with service.as_(tenant_a, OPERATOR) as client:
         response = await client.post(
             RESOLVE, json={"outcome": "succeeded", "reason": "deep", "result": nested}
         )
@@ -153,16 +162,18 @@ async def test_deeply_nested_result_is_refused(service: Service) -> None:
 
 
 async def test_unicode_reason_is_kept(service: Service) -> None:
-    await seed(service.ws, A)
+    tenant_a = service.scopes[0]
+    await seed(service.ws, tenant_a)
     reason = "Überprüft: 注文は存在しない — 🧾 ticket №7\nsecond line"
-    async with service.as_(A, OPERATOR) as client:
+    async with service.as_(tenant_a, OPERATOR) as client:
         response = await client.post(RESOLVE, json={"outcome": "failed", "reason": reason})
     assert response.status_code == 200, response.text
     assert response.json()["attempts"][-1]["reason"] == reason
 
 
 async def test_bodies_over_the_limit_are_refused_before_any_route(service: Service) -> None:
-    await seed(service.ws, A)
+    tenant_a = service.scopes[0]
+    await seed(service.ws, tenant_a)
     limit = ServiceSettings().max_body_bytes
     padding = "x" * limit
     big = {"outcome": "failed", "reason": "x", "evidence": {"pad": padding}}
@@ -171,7 +182,7 @@ async def test_bodies_over_the_limit_are_refused_before_any_route(service: Servi
         for _ in range(4):
             yield b" " * (limit // 2)
 
-    async with service.as_(A, OPERATOR) as client:
+    async with service.as_(tenant_a, OPERATOR) as client:
         declared = await client.post(RESOLVE, json=big)
         streamed = await client.post(RESOLVE, content=chunks())
         on_get = await client.request("GET", "/v1/operations", content=b"x" * (limit + 1))
@@ -183,7 +194,8 @@ async def test_bodies_over_the_limit_are_refused_before_any_route(service: Servi
 
 
 async def test_unknown_fields_in_reconcile_bounds(service: Service) -> None:
-    async with service.as_(A, OPERATOR) as client:
+    tenant_a = service.scopes[0]
+    async with service.as_(tenant_a, OPERATOR) as client:
         unknown = await client.post("/v1/reconcile", json={"limit": 5, "scope": "tenant-b"})
         negative = await client.post("/v1/reconcile", json={"limit": 0})
         huge = await client.post("/v1/reconcile", json={"limit": 10**30})
@@ -199,7 +211,8 @@ async def test_unknown_fields_in_reconcile_bounds(service: Service) -> None:
 
 
 async def test_unknown_routes_and_methods(service: Service) -> None:
-    async with service.as_(A, OPERATOR) as client:
+    tenant_a = service.scopes[0]
+    async with service.as_(tenant_a, OPERATOR) as client:
         nowhere = await client.get("/v2/operations")
         wrong_method = await client.delete("/v1/operations/ok")
         post_list = await client.post("/v1/operations", json={})
@@ -213,7 +226,8 @@ async def test_unknown_routes_and_methods(service: Service) -> None:
 
 
 async def test_odd_authorization_headers(service: Service) -> None:
-    token = service.tokens[A, READER]
+    tenant_a = service.scopes[0]
+    token = service.tokens[tenant_a, READER]
     variants = {
         "lowercase scheme": f"bearer {token}",
         "extra spaces": f"Bearer   {token}",
@@ -234,9 +248,10 @@ async def test_odd_authorization_headers(service: Service) -> None:
 
 
 async def test_a_key_with_the_longest_name_can_resolve(service: Service) -> None:
-    await seed(service.ws, A)
+    tenant_a = service.scopes[0]
+    await seed(service.ws, tenant_a)
     _, token = await create_api_key(
-        ApiKeys(service.ws.ledger.engine), scope=A, role=OPERATOR, name="n" * MAX_KEY_LENGTH
+        ApiKeys(service.ws.ledger.engine), scope=tenant_a, role=OPERATOR, name="n" * MAX_KEY_LENGTH
     )
     async with service.client(token) as client:
         response = await client.post(RESOLVE, json=GOOD)

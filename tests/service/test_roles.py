@@ -2,10 +2,26 @@
 
 from __future__ import annotations
 
-from tests.service.support import SCOPES, Service, assert_problem, seed
+from collections.abc import AsyncIterator
+
+import pytest
+
+from tests.conftest import MakeWriteSafe
+from tests.service.support import SCOPES, Service, assert_problem, issue_keys, seed, served
 from writesafe.ledger import AttemptKind, Role, Status
+from writesafe.service import create_app
 
 A, B = SCOPES
+
+
+@pytest.fixture(params=["asgi", "uvicorn"])
+async def service(request: pytest.FixtureRequest, make_ws: MakeWriteSafe) -> AsyncIterator[Service]:
+    """A service on a ledger of its own: an admin's reconciliation spans every scope in it."""
+    ws = make_ws()
+    await ws.start()
+    tokens = await issue_keys(ws)
+    async with served(create_app(ws), request.param) as (base_url, transport):
+        yield Service(ws, base_url, transport, tokens)
 
 
 async def _lookups_of(service: Service, scope: str, key: str) -> int:
