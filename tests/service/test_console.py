@@ -1,8 +1,8 @@
 """The console's rules without a browser: sessions, CSRF, roles, tenants, and the hourly chart.
 
-One started service per backend and transport serves the whole module (a ledger migrated once,
-one uvicorn); each test meets it in two tenants of its own, with keys of its own, so no test sees
-another's operations, sessions or revocations.
+One started service per backend and transport serves the whole module (conftest.py: a ledger
+migrated once, one uvicorn); each test meets it in two tenants of its own, with keys of its own,
+so no test sees another's operations, sessions or revocations.
 """
 
 from __future__ import annotations
