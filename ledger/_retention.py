@@ -11,22 +11,31 @@ is created before its last change, and ids grow with creation, so once a whole w
 after the cutoff the rows beyond it cannot be due either and the pass ends (a row a client's clock
 skew put out of place waits for the next pass). Each batch is one short transaction: on
 PostgreSQL it skips rows another transaction holds (`FOR UPDATE SKIP LOCKED`) instead of waiting
-for them, and a row a guarded call changed meanwhile no longer matches; on SQLite it holds the
-write lock for one batch only.
+for them, and a row a guarded call changed meanwhile no longer matches. On SQLite, where a writer
+holds the whole database, a batch runs whole on the ledger's writer thread, in turn with the
+guarded writes (through the async engine it held the lock across its statements' thread hops,
+and SQLite's busy wait let batch after batch starve the writes queued behind: first executions
+took up to 0.8 s during a pass, docs/performance.md); and the pruner rests between batches
+three times as long as the last one took, so that writers have the lock most of the time, those
+of other processes too.
 """
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
+import sqlite3
 import time
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from typing import Any
 
-from sqlalchemy import delete, select
+from sqlalchemy import ColumnElement, Integer, and_, bindparam, delete, select
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from writesafe.ledger._ledger import Ledger
 from writesafe.ledger._models import status_in
+from writesafe.ledger._sqlite_writer import SqliteStatement, SqliteWriter
 from writesafe.ledger._states import Status
 from writesafe.ledger._writer import attempts, operations
 
@@ -35,6 +44,10 @@ FINAL_STATES = (Status.SUCCEEDED, Status.FAILED)
 
 DEFAULT_BATCH_SIZE = 500
 """Operations deleted per transaction: small enough that no guarded call waits long for a lock."""
+
+_SQLITE_REST = 3.0
+"""SQLite's rest between batches, in multiples of the last batch's time: pruning is upkeep, and
+yields the database's one write lock to the guarded calls (docs/performance.md)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,60 +88,88 @@ async def prune(
     started = time.perf_counter()
     # The clock that stamps the rows: PostgreSQL's own, the process's on SQLite.
     cutoff = await ledger.now() - retention
-    removed_operations = removed_attempts = batches = 0
+    total = PruneReport(cutoff=cutoff)
     after = 0
     while stop is None or not stop.is_set():
-        async with ledger.engine.begin() as conn:
-            window = await _window(conn, after, batch_size)
-            if not window:
-                break
-            doomed = await _lock_due(conn, after, window[-1][0], cutoff)
-            if doomed:
-                gone, gone_attempts = await _delete(conn, doomed)
-                removed_operations += gone
-                removed_attempts += gone_attempts
-        batches += 1
-        after = window[-1][0]
-        if len(window) < batch_size or min(created for _, created in window) >= cutoff:
+        began = time.perf_counter()
+        batch = await _batch(ledger, {"after": after, "size": batch_size, "cutoff": cutoff})
+        if not batch.window:
             break
-        await asyncio.sleep(0)  # let the guarded calls queued behind the batch go first
-    return PruneReport(
-        operations=removed_operations,
-        attempts=removed_attempts,
-        batches=batches,
-        seconds=time.perf_counter() - started,
-        cutoff=cutoff,
-    )
+        total += PruneReport(operations=batch.operations, attempts=batch.attempts, batches=1)
+        after = batch.window[-1][0]
+        if len(batch.window) < batch_size or all(fresh for _, fresh in batch.window):
+            break
+        # Let the guarded calls queued behind the batch go first; on SQLite, rest three times as
+        # long as the batch took: a writer in another process, whose busy wait looks for the lock
+        # at growing intervals, then finds it free three times in four.
+        await asyncio.sleep(_SQLITE_REST * (time.perf_counter() - began) if ledger.is_sqlite else 0)
+    return dataclasses.replace(total, seconds=time.perf_counter() - started)
 
 
-async def _window(conn: AsyncConnection, after: int, size: int) -> list[tuple[int, datetime]]:
-    """The next `size` operations after id `after`, in id order: (id, created_at)."""
-    query = (
-        select(operations.c.id, operations.c.created_at)
-        .where(operations.c.id > after)
-        .order_by(operations.c.id)
-        .limit(size)
-    )
-    return [(row.id, row.created_at) for row in await conn.execute(query)]
+@dataclass(frozen=True, slots=True)
+class _Batch:
+    """One batch: its window of operations, `(id, created after the cutoff)` in id order, and
+    what it deleted of them."""
+
+    window: list[tuple[int, bool]]
+    operations: int = 0
+    attempts: int = 0
 
 
-async def _lock_due(conn: AsyncConnection, after: int, last: int, cutoff: datetime) -> list[int]:
-    """The ids in `(after, last]` due for pruning, locked; rows others hold are skipped."""
-    query = (
-        select(operations.c.id)
-        .where(
-            operations.c.id > after,
-            operations.c.id <= last,
-            status_in(FINAL_STATES),
-            operations.c.updated_at < cutoff,
-        )
-        .with_for_update(skip_locked=True)
-    )
-    return list((await conn.execute(query)).scalars())
+# The next window of operations after id `after`, each saying whether it was created after the
+# cutoff (then no row beyond it can be due either).
+_CUTOFF = bindparam("cutoff", type_=operations.c.updated_at.type)
+_WINDOW = (
+    select(operations.c.id, (operations.c.created_at >= _CUTOFF).label("fresh"))
+    .where(operations.c.id > bindparam("after"))
+    .order_by(operations.c.id)
+    .limit(bindparam("size", type_=Integer()))
+)
+# The operations in the window `(after, last]` due for pruning.
+_DUE: ColumnElement[bool] = and_(
+    operations.c.id > bindparam("after"),
+    operations.c.id <= bindparam("last"),
+    status_in(FINAL_STATES),
+    operations.c.updated_at < _CUTOFF,
+)
 
 
-async def _delete(conn: AsyncConnection, ids: list[int]) -> tuple[int, int]:
-    """Delete the operations `ids` and their attempts: (operations, attempts) removed."""
+async def _batch(ledger: Ledger, params: dict[str, Any]) -> _Batch:
+    if isinstance(ledger.writer, SqliteWriter):
+        return await ledger.writer.transaction(lambda cursor: _sqlite_batch(cursor, params))
+    async with ledger.engine.begin() as conn:
+        return await _locking_batch(conn, params)
+
+
+async def _locking_batch(conn: AsyncConnection, params: dict[str, Any]) -> _Batch:
+    """PostgreSQL's batch: the due rows locked first, skipping those another transaction holds,
+    then deleted by id (a row a guarded call changed meanwhile no longer matches)."""
+    window = [(row.id, row.fresh) for row in await conn.execute(_WINDOW, params)]
+    if not window:
+        return _Batch(window)
+    locked = select(operations.c.id).where(_DUE).with_for_update(skip_locked=True)
+    ids = list((await conn.execute(locked, {**params, "last": window[-1][0]})).scalars())
+    if not ids:
+        return _Batch(window)
     gone_attempts = await conn.execute(delete(attempts).where(attempts.c.operation_id.in_(ids)))
     gone = await conn.execute(delete(operations).where(operations.c.id.in_(ids)))
-    return gone.rowcount, gone_attempts.rowcount
+    return _Batch(window, gone.rowcount, gone_attempts.rowcount)
+
+
+_SQLITE_WINDOW = SqliteStatement.of(_WINDOW)
+_SQLITE_DELETE_ATTEMPTS = SqliteStatement.of(
+    delete(attempts).where(attempts.c.operation_id.in_(select(operations.c.id).where(_DUE)))
+)
+_SQLITE_DELETE_OPERATIONS = SqliteStatement.of(delete(operations).where(_DUE))
+
+
+def _sqlite_batch(cursor: sqlite3.Cursor, params: dict[str, Any]) -> _Batch:
+    """SQLite's batch, in one transaction under the database's write lock: the due rows cannot
+    change between the two deletes, so each selects them by the same predicate."""
+    window = [(id_, bool(fresh)) for id_, fresh in _SQLITE_WINDOW.run(cursor, params)]
+    if not window:
+        return _Batch(window)
+    due = {**params, "last": window[-1][0]}
+    gone_attempts = _SQLITE_DELETE_ATTEMPTS.run(cursor, due).rowcount
+    gone = _SQLITE_DELETE_OPERATIONS.run(cursor, due).rowcount
+    return _Batch(window, gone, gone_attempts)

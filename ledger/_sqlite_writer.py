@@ -68,16 +68,18 @@ _READ_OPERATION = {
 
 
 @dataclass(frozen=True, slots=True)
-class _Compiled:
+class SqliteStatement:
     """A statement compiled for `sqlite3`: its SQL, how each parameter is converted for the
-    driver (a datetime to SQLAlchemy's stored text), and the values it carries itself."""
+    driver (a datetime to its stored microseconds), and the values it carries itself."""
 
     sql: str
     convert: Mapping[str, Callable[[Any], Any]]
     fixed: Mapping[str, Any]
 
     @classmethod
-    def of(cls, statement: ClauseElement, column_keys: Sequence[str] | None = None) -> _Compiled:
+    def of(
+        cls, statement: ClauseElement, column_keys: Sequence[str] | None = None
+    ) -> SqliteStatement:
         compiled = statement.compile(dialect=_DIALECT, column_keys=column_keys)
         assert isinstance(compiled, SQLCompiler)
         convert: dict[str, Callable[[Any], Any]] = {}
@@ -98,21 +100,21 @@ class _Compiled:
         return cursor.execute(self.sql, values)
 
 
-def _claim_statement(names: tuple[str, ...]) -> _Compiled:
+def _claim_statement(names: tuple[str, ...]) -> SqliteStatement:
     claim = (
         sqlite.insert(operations)
         .on_conflict_do_nothing(index_elements=["scope", "key"])
         .returning(operations.c.id)
     )
-    return _Compiled.of(claim, names)
+    return SqliteStatement.of(claim, names)
 
 
 _START_COLUMNS = ("operation_id", "kind", "execution", "owner", "fingerprint", "outcome")
-_START_EXECUTION = _Compiled.of(insert(attempts), (*_START_COLUMNS, "started_at"))
-_FETCH = _Compiled.of(FETCH)
-_CLOSE_EXECUTION = _Compiled.of(close_execution_update(bindparam("closes_label")))
+_START_EXECUTION = SqliteStatement.of(insert(attempts), (*_START_COLUMNS, "started_at"))
+_FETCH = SqliteStatement.of(FETCH)
+_CLOSE_EXECUTION = SqliteStatement.of(close_execution_update(bindparam("closes_label")))
 # The leases as two JSON arrays: one statement whatever their number.
-_RENEW = _Compiled.of(
+_RENEW = SqliteStatement.of(
     update(operations)
     .where(
         operations.c.id.in_(select(func.json_each(bindparam("ids")).table_valued("value"))),
@@ -141,8 +143,8 @@ class SqliteWriter:
         # threads come and go (a server's thread per request). A list's pop and append are
         # atomic, so no two threads share one mid-read.
         self._readers: list[sqlite3.Connection] = []
-        self._claims: dict[tuple[str, ...], _Compiled] = {}
-        self._changes: dict[tuple[tuple[str, ...], bool], _Compiled] = {}
+        self._claims: dict[tuple[str, ...], SqliteStatement] = {}
+        self._changes: dict[tuple[tuple[str, ...], bool], SqliteStatement] = {}
 
     async def claim(self, row: dict[str, Any]) -> Claim | None:
         existing = self.peek(row["scope"], row["key"])
@@ -164,7 +166,7 @@ class SqliteWriter:
             # SQLite writes no time of its own: the changed row is all the writer's values, and
             # a row returned says only that the change landed.
             cas = compare_and_set_update(shape[0], fenced=shape[1]).returning(operations.c.id)
-            statement = self._changes[shape] = _Compiled.of(cas)
+            statement = self._changes[shape] = SqliteStatement.of(cas)
         # Only a change that opens an execution is an intent; an outcome may commit lazily.
         return await self._run(lambda cursor: _change(cursor, statement, change), change.opens)
 
@@ -188,6 +190,12 @@ class SqliteWriter:
 
     def forget_loop(self) -> None:
         """Nothing to drop: the writer's thread serves whichever event loop awaits it."""
+
+    async def transaction(self, write: Callable[[sqlite3.Cursor], T]) -> T:
+        """Run `write` as one lazy transaction on the writer's thread, in turn with the guarded
+        writes: for upkeep (pruning) that must not contend with them for the database's lock,
+        where SQLite's busy wait would let a steady stream of batches starve them."""
+        return await self._thread.run(lambda: self._transaction(write, durable=False))
 
     def serve_blocking_callers(self, alone: Callable[[], bool]) -> None:
         """Run a write on the event loop's thread while `alone()` (the loop serves only the call
@@ -289,7 +297,7 @@ def _commit(cursor: sqlite3.Cursor, write: Callable[[sqlite3.Cursor], T]) -> T:
     return result
 
 
-def _claim(cursor: sqlite3.Cursor, statement: _Compiled, row: dict[str, Any]) -> Claim | None:
+def _claim(cursor: sqlite3.Cursor, statement: SqliteStatement, row: dict[str, Any]) -> Claim | None:
     """Insert `row` with its first execution attempt; else the row holding the key, read in the
     same transaction (so it cannot be pruned in between, as on PostgreSQL)."""
     returned = statement.run(cursor, row).fetchone()
@@ -316,7 +324,9 @@ def _operation(cursor: sqlite3.Cursor) -> OperationRecord | None:
     return OperationRecord.from_row(row)
 
 
-def _change(cursor: sqlite3.Cursor, statement: _Compiled, change: Change) -> OperationRecord | None:
+def _change(
+    cursor: sqlite3.Cursor, statement: SqliteStatement, change: Change
+) -> OperationRecord | None:
     current = change.current
     params = compare_and_set_params(current, change.values, change.now, change.owner)
     changed = change.landed({}) if statement.run(cursor, params).fetchone() else None

@@ -4,11 +4,13 @@ nothing a concurrent guarded call wrote; a pruned key is a new operation."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import json
 import os
 import select as io_select
 import signal
+import sqlite3
 import subprocess
 import sys
 from datetime import datetime, timedelta
@@ -166,6 +168,69 @@ async def test_pruning_under_concurrent_guarded_calls_loses_nothing(
         )
         assert dict(left.all()) == {"succeeded": len(fresh) + len(recent)}
     assert await _attempt_count(ws) == len(fresh) + len(recent)
+
+
+def _copy_aged(path: Path, key: str, copies: int, by: timedelta) -> None:
+    """`copies` more operations like `key`'s, with its attempt, made `by` ago (bulk SQL: a
+    pass of many batches without as many guarded calls)."""
+    micros = int(by.total_seconds() * 1_000_000)
+    with sqlite3.connect(path) as lite:
+        lite.execute(
+            """
+            WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < ?)
+            INSERT INTO writesafe_operations (scope, key, tool, fingerprint, status, version,
+                executions, max_executions, arguments, result, checks, created_at, updated_at)
+            SELECT scope, 'copy-' || i, tool, fingerprint, status, version, executions,
+                max_executions, arguments, result, checks, created_at - ?, updated_at - ?
+            FROM writesafe_operations, n WHERE key = ?
+            """,
+            (copies, micros, micros, key),
+        )
+        lite.execute(
+            """
+            INSERT INTO writesafe_attempts (operation_id, kind, execution, owner, fingerprint,
+                outcome, started_at, finished_at)
+            SELECT id, 'execution', 1, 'copy', fingerprint, status, created_at, updated_at
+            FROM writesafe_operations WHERE key LIKE 'copy-%'
+            """
+        )
+
+
+def _count_operations(path: Path) -> int:
+    with contextlib.closing(sqlite3.connect(path)) as lite:  # a WAL read: it waits for no lock
+        return int(lite.execute("SELECT count(*) FROM writesafe_operations").fetchone()[0])
+
+
+async def test_guarded_calls_wait_for_a_pruning_batch_not_the_pass(tmp_path: Path) -> None:
+    """On SQLite a batch runs in turn with the guarded writes, on the ledger's writer thread:
+    each call made during a long pass is answered after a batch or two of it, counted by the
+    rows they removed. Through the async engine, SQLite's busy wait let batch after batch go
+    ahead of a call's writes (first executions waited up to 0.8 s during a pass)."""
+    path, batch, batches = tmp_path / "ledger.db", 10, 100
+    ws = WriteSafe(f"sqlite+aiosqlite:///{path}")
+
+    @ws.tool("submit")
+    async def submit(n: int) -> int:
+        return n
+
+    await submit(0, idempotency_key="seed")
+    _copy_aged(path, "seed", batches * batch, LONG_AGO)
+    try:
+        pass_ = asyncio.create_task(prune(ws.ledger, RETENTION, batch_size=batch))
+        for _ in range(10_000):  # until the pass is under way
+            if _count_operations(path) < batches * batch:
+                break
+            await asyncio.sleep(0.001)
+        waited = []  # batches pruned while each call ran
+        for n in range(1, 9):
+            before = _count_operations(path)
+            assert await submit(n, idempotency_key=f"during-{n}") == n
+            waited.append((before + 1 - _count_operations(path)) // batch)
+        assert not pass_.done(), f"the calls were to be answered during the pass: {waited}"
+        assert max(waited) <= 3, waited
+        assert (await pass_).operations == batches * batch
+    finally:
+        await ws.close()
 
 
 @on_both_ledgers
