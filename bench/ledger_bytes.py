@@ -1,13 +1,16 @@
 """Bytes per operation: what the ledger keeps for each guarded call, tables and indexes.
 
-    python -m bench.ledger_bytes [--calls 10000] [--backends pg,embedded] [--json]
+    python -m bench.ledger_bytes [--calls 10000] [--backends pg,embedded] [--periods 3] [--json]
 
 Makes `--calls` first executions through the guard (no Redis: the ledger is what is measured),
 each with 161 bytes of stored arguments and a 65-byte stored result, then VACUUMs and divides
 the size of the operations and attempts tables, with their indexes and TOAST, by the calls.
 PostgreSQL is measured after a plain VACUUM (the space a live ledger keeps: dead row versions
-freed for reuse, the file not shrunk) and after VACUUM FULL (the rows and indexes alone); SQLite
-after VACUUM (page count times page size). Targets: at most 700 B in PostgreSQL, 600 B in SQLite.
+freed for reuse, the file not shrunk); then once per retention period, `--periods` times (the
+calls before aged past the retention and pruned, as many new ones made in the space they left,
+VACUUMed again): whether a ledger that prunes stops growing, and what it keeps per operation
+once it has; and after VACUUM FULL (the rows and indexes alone). SQLite after VACUUM (page count
+times page size). Targets: at most 700 B in PostgreSQL, 600 B in SQLite, after VACUUM.
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import sqlite3
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -25,7 +29,7 @@ from rich.table import Table
 from bench._cli import run_and_report
 from bench._setup import asyncpg_dsn, isolated
 from writesafe import WriteSafe
-from writesafe.ledger import canonical_json
+from writesafe.ledger import canonical_json, prune
 
 TARGETS = {"pg": 700, "embedded": 600}
 TOOL = "bench_submit"
@@ -47,7 +51,7 @@ def _check_sizes() -> None:
 
 
 async def _fill(ws: WriteSafe, calls: int) -> None:
-    tool = ws.tool(TOOL)(submit)
+    tool = ws.tools.get(TOOL) or ws.tool(TOOL)(submit)
     await ws.start()
     for start in range(0, calls, CONCURRENCY):
         keys = range(start, min(start + CONCURRENCY, calls))
@@ -70,21 +74,36 @@ async def _pg_sizes(connection: asyncpg.Connection, schema: str) -> dict[str, in
 
 async def _pg(args: argparse.Namespace, schema: str) -> dict[str, Any]:
     ws = WriteSafe(args.database_url, schema=schema, auto_migrate=True)
-    try:
-        await _fill(ws, args.calls)
-    finally:
-        await ws.close()
     connection = await asyncpg.connect(
         asyncpg_dsn(args.database_url), server_settings={"search_path": schema}
     )
     try:
-        await connection.execute("VACUUM (ANALYZE) writesafe_operations, writesafe_attempts")
+        await _fill(ws, args.calls)
+        await connection.execute(_VACUUM)
         vacuumed = await _pg_sizes(connection, schema)
+        stages = {"after VACUUM": vacuumed}
+        for period in range(1, args.periods + 1):
+            # A retention period later: the calls before pruned, as many new ones made.
+            await connection.execute(_AGE_ALL)
+            await prune(ws.ledger, _RETENTION)
+            await connection.execute(_VACUUM)
+            await _fill(ws, args.calls)
+            await connection.execute(_VACUUM)
+            stages[f"{period} retention period(s) later"] = await _pg_sizes(connection, schema)
         await connection.execute("VACUUM FULL writesafe_operations, writesafe_attempts")
-        full = await _pg_sizes(connection, schema)
+        stages["after VACUUM FULL"] = await _pg_sizes(connection, schema)
     finally:
         await connection.close()
-    return {"after VACUUM": vacuumed, "after VACUUM FULL": full}
+        await ws.close()
+    return stages
+
+
+_VACUUM = "VACUUM (ANALYZE) writesafe_operations, writesafe_attempts"
+_RETENTION = timedelta(days=1)
+_AGE_ALL = (
+    "UPDATE writesafe_operations"
+    " SET created_at = created_at - interval '2 days', updated_at = updated_at - interval '2 days'"
+)
 
 
 # Each table and index of the two tables (the unique constraint's `sqlite_autoindex_…` included).
@@ -156,6 +175,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--calls", type=int, default=10_000)
     parser.add_argument("--backends", default="pg,embedded")
+    parser.add_argument(
+        "--periods", type=int, default=3, help="PostgreSQL: retention periods to prune and refill"
+    )
     run_and_report(parser, run, _print)
 
 
