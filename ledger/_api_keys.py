@@ -15,6 +15,7 @@ from sqlalchemy import Table, insert, select, update
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from writesafe.ledger._clock import Clock, SystemClock
+from writesafe.ledger._engine import reader
 from writesafe.ledger._models import ApiKey
 from writesafe.ledger._records import _Record
 
@@ -52,6 +53,7 @@ class ApiKeys:
 
     def __init__(self, engine: AsyncEngine, clock: Clock | None = None) -> None:
         self.engine = engine
+        self._reads = reader(engine)  # every request's key lookup: on SQLite, no write lock
         self.clock: Clock = clock or SystemClock()
 
     async def add(
@@ -74,7 +76,7 @@ class ApiKeys:
         query = select(api_keys).where(
             api_keys.c.secret_hash == secret_hash, api_keys.c.revoked_at.is_(None)
         )
-        async with self.engine.connect() as conn:
+        async with self._reads.connect() as conn:
             row = (await conn.execute(query)).mappings().first()
         return None if row is None else ApiKeyRecord.from_row(row)
 
@@ -86,7 +88,7 @@ class ApiKeys:
             query = query.where(api_keys.c.scope == scope)
         if not include_revoked:
             query = query.where(api_keys.c.revoked_at.is_(None))
-        async with self.engine.connect() as conn:
+        async with self._reads.connect() as conn:
             rows = (await conn.execute(query)).mappings().all()
         return [ApiKeyRecord.from_row(row) for row in rows]
 

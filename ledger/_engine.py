@@ -17,6 +17,9 @@ _STATEMENT_TIMEOUT = 10.0
 # How long a SQLite writer waits for the database lock before giving up (seconds).
 _SQLITE_BUSY_TIMEOUT = 30.0
 
+# The execution option that marks a read-only transaction (`reader`).
+_READ_ONLY = "writesafe_read_only"
+
 
 class UnsupportedDatabase(ValueError):
     """The database URL names a backend the ledger does not support."""
@@ -126,8 +129,18 @@ def _configure_sqlite(engine: Engine) -> None:
     @event.listens_for(engine, "begin")
     def _begin(conn: Any) -> None:
         # A deferred transaction that reads then writes fails with SQLITE_BUSY instead of waiting;
-        # taking the write lock up front makes claims queue behind each other.
-        conn.exec_driver_sql("BEGIN IMMEDIATE")
+        # taking the write lock up front makes claims queue behind each other. One that only
+        # reads (`reader`) needs no lock a writer holds (WAL), so it takes none.
+        read_only = conn.get_execution_options().get(_READ_ONLY, False)
+        conn.exec_driver_sql("BEGIN" if read_only else "BEGIN IMMEDIATE")
+
+
+def reader(engine: AsyncEngine) -> AsyncEngine:
+    """`engine` for transactions that only read. On SQLite they begin deferred: a WAL reader
+    neither waits for the writers nor holds them up, where a transaction begun `IMMEDIATE` takes
+    the write lock for as long as it lasts. No write goes through it: a deferred transaction that
+    turns to writing may fail with SQLITE_BUSY instead of waiting for the lock."""
+    return engine.execution_options(**{_READ_ONLY: True})
 
 
 def is_sqlite(engine: AsyncEngine) -> bool:

@@ -42,6 +42,7 @@ from writesafe.ledger._engine import (
     create_engine,
     is_sqlite,
     postgres_connect_options,
+    reader,
     sqlite_path,
 )
 from writesafe.ledger._lease_watch import LeaseWatch
@@ -122,6 +123,8 @@ class Ledger:
         lease_seconds: float = DEFAULT_LEASE_SECONDS,
     ) -> None:
         self.engine = engine
+        # Transactions that only read: on SQLite they take no lock the writers need.
+        self._reads = reader(engine)
         # The guard's hot writes; everything else (reads, reconciliation) goes through `engine`.
         self.writer = writer
         self.clock: Clock = clock or SystemClock()
@@ -199,7 +202,7 @@ class Ledger:
         query = (
             select(attempts).where(attempts.c.operation_id == operation_id).order_by(attempts.c.id)
         )
-        async with self.engine.connect() as conn:
+        async with self._reads.connect() as conn:
             rows = (await conn.execute(query)).mappings().all()
         return [AttemptRecord.from_row(row) for row in rows]
 
@@ -239,7 +242,7 @@ class Ledger:
                     and_(operations.c.updated_at == updated_at, operations.c.id > last_id),
                 )
             )
-        async with self.engine.connect() as conn:
+        async with self._reads.connect() as conn:
             rows = (await conn.execute(query)).mappings().all()
         return [OperationRecord.from_row(row) for row in rows]
 
@@ -255,7 +258,7 @@ class Ledger:
                 for status in statuses
             )
         )
-        async with self.engine.connect() as conn:
+        async with self._reads.connect() as conn:
             counted = {Status(status): n for status, n in (await conn.execute(query)).all()}
         return {status: counted.get(status, 0) for status in statuses}
 
@@ -281,7 +284,7 @@ class Ledger:
             )
             .group_by(hour, operations.c.status)
         )
-        async with self.engine.connect() as conn:
+        async with self._reads.connect() as conn:
             rows = (await conn.execute(query)).all()
         epoch_start = datetime(1970, 1, 1, tzinfo=UTC)
         return [
@@ -291,7 +294,7 @@ class Ledger:
 
     async def ping(self) -> None:
         """Raise unless the database answers a trivial query."""
-        async with self.engine.connect() as conn:
+        async with self._reads.connect() as conn:
             await conn.execute(select(1))
 
     # -- time ----------------------------------------------------------------------------
@@ -300,7 +303,7 @@ class Ledger:
         """The ledger's time now: the server's clock (one round trip), else the given clock."""
         if not self.server_clock:
             return self.clock.now()
-        async with self.engine.connect() as conn:
+        async with self._reads.connect() as conn:
             return await self._now_in(conn)
 
     async def _now_in(self, conn: AsyncConnection) -> datetime:
@@ -599,7 +602,7 @@ class Ledger:
         now = self._now_sql()
         sent_before = self._now_sql(-older_than) if older_than > 0 else None
         total = 0
-        async with self.engine.connect() as conn:
+        async with self._reads.connect() as conn:
             for due in (_CRASHED, _UNKNOWN):
                 query = _due_query(due, now, tools, sent_before, scope).subquery()
                 total += (await conn.execute(select(func.count()).select_from(query))).scalar_one()
@@ -617,7 +620,7 @@ class Ledger:
             .where(attempts.c.operation_id.in_(operation_ids))
             .order_by(attempts.c.operation_id, attempts.c.id)
         )
-        async with self.engine.connect() as conn:
+        async with self._reads.connect() as conn:
             for row in (await conn.execute(query)).mappings():
                 found[row["operation_id"]].append(AttemptRecord.from_row(row))
         return found

@@ -157,7 +157,12 @@ class SqliteWriter:
         return await self._run(lambda cursor: _claim(cursor, statement, row))
 
     async def fetch(self, scope: str, key: str) -> OperationRecord | None:
-        return await self._run(lambda cursor: _fetch(cursor, scope, key))
+        """Read as `peek` does, on the calling thread and without the write lock; only a read
+        that a lock was in the way of goes to the writer's thread, to read under the lock."""
+        try:
+            return self._read_here(scope, key)
+        except sqlite3.Error:
+            return await self._run(lambda cursor: _fetch(cursor, scope, key))
 
     async def change(self, change: Change) -> OperationRecord | None:
         shape = (tuple(change.values), change.closes is not None)
@@ -208,16 +213,21 @@ class SqliteWriter:
         of a hop). A row found is what the claim's conflict would have returned; None (no row,
         or the read was in a lock's way) leaves the key to the claim's write."""
         try:
+            return self._read_here(scope, key)
+        except sqlite3.Error:
+            return None  # the write path reads it again, under the write lock
+
+    def _read_here(self, scope: str, key: str) -> OperationRecord | None:
+        """The row holding `(scope, key)` as last committed, read on the calling thread; raises
+        `sqlite3.Error` where a lock was in the way (a checkpoint's rare restart of the log):
+        its connection never waits on the caller."""
+        try:
             reader = self._readers.pop()
         except IndexError:
             reader = connect_sqlite(self._path, check_same_thread=False)
-            # Never wait on the caller: a lock in the way (a checkpoint's rare restart of the
-            # log) sends the claim down the write path instead.
             reader.execute("PRAGMA busy_timeout=0")
         try:
             return _fetch(reader.cursor(), scope, key)
-        except sqlite3.Error:
-            return None  # the write path reads it again, under the write lock
         finally:
             self._readers.append(reader)
 

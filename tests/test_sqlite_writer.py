@@ -1,4 +1,5 @@
-"""The embedded ledger's writer: one thread of its own, started by a write and ended by close."""
+"""The embedded ledger's writer: one thread of its own, started by a write and ended by close;
+and its reads, which never wait for the write lock."""
 
 from __future__ import annotations
 
@@ -6,13 +7,17 @@ import asyncio
 import sqlite3
 import threading
 from pathlib import Path
+from typing import Any
 
 from sqlalchemy import func, select
 
+from writesafe import WriteSafe
 from writesafe.ledger import Intent, Ledger, Outcome, Status
 from writesafe.ledger._writer import attempts, operations
 
 THREAD_PREFIX = "writesafe-sqlite"
+# Far more than a read takes, far less than the busy timeout a read taking the lock would wait.
+READ_SECONDS = 2.0
 
 
 def _writer_threads() -> list[threading.Thread]:
@@ -160,3 +165,40 @@ async def test_a_writer_whose_loop_serves_other_calls_writes_on_its_own_thread(
         assert len(_writer_threads()) == before, "alone, it writes on the loop's thread"
     finally:
         await ledger.close()
+
+
+async def test_reads_are_answered_while_another_connection_holds_the_write_lock(
+    tmp_path: Path,
+) -> None:
+    """A WAL reader takes no lock a writer holds, so the ledger's reads (a status, the service's
+    listings and counts, an operation's attempts, the reconciler's count of what is due) answer
+    while a write is under way. They used to begin `IMMEDIATE` like the writes, taking the write
+    lock and queueing for it (behind a long write, up to the 30 s busy timeout), and to hold it,
+    across thread hops, from the guarded writes."""
+    path = tmp_path / "ledger.db"
+    ws = WriteSafe(f"sqlite+aiosqlite:///{path}")
+
+    @ws.tool("submit")
+    async def submit(n: int) -> int:
+        return n
+
+    assert await submit(1, idempotency_key="k") == 1
+    holder = sqlite3.connect(path, isolation_level=None)
+    try:
+        holder.execute("BEGIN IMMEDIATE")  # another writer holds the lock
+
+        def answered(read: Any) -> Any:
+            return asyncio.wait_for(read, READ_SECONDS)
+
+        status = await answered(ws.status("k"))
+        assert status is not None
+        assert (status.status, len(status.attempts)) == ("succeeded", 1)
+        listed = await answered(ws.ledger.list(statuses=[Status.SUCCEEDED]))
+        assert [row.key for row in listed] == ["k"]
+        counts = await answered(ws.ledger.count_by_status([Status.SUCCEEDED, Status.IN_FLIGHT]))
+        assert counts == {Status.SUCCEEDED: 1, Status.IN_FLIGHT: 0}
+        assert await answered(ws.ledger.count_due(tools=["submit"])) == 0
+    finally:
+        holder.execute("ROLLBACK")
+        holder.close()
+        await ws.close()
