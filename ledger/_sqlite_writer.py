@@ -9,7 +9,9 @@ would anyway. Its statements are compiled once by SQLAlchemy from the table defi
 on the driver directly: SQLAlchemy's execution layer cost more per statement than SQLite takes to
 run it. A claim first reads the key on the caller's thread (`peek`), which a WAL reader does
 without waiting for any writer: a key that is taken (a replay) costs neither a write nor a thread
-hop. Reads and reconciliation keep the async engine.
+hop; a `fetch` (a status, a duplicate's look at the ledger) reads so too. Other reads and
+reconciliation keep the async engine; upkeep that writes in batches (pruning) comes to the
+writer's thread (`transaction`), to take its turn with the guarded writes.
 
 A writer whose event loop serves only callers that block on it anyway (the sync face's loop
 thread: `serve_blocking_callers`) runs a write on the loop's own thread while the loop serves that
