@@ -159,8 +159,8 @@ class SqliteWriter:
         return await self._run(lambda cursor: _claim(cursor, statement, row))
 
     async def fetch(self, scope: str, key: str) -> OperationRecord | None:
-        """Read as `peek` does, on the calling thread and without the write lock; only a read
-        that a lock was in the way of goes to the writer's thread, to read under the lock."""
+        """Read as `peek` does, on the calling thread and without the write lock; a read that
+        fails there (a lock in the way) is made again on the writer's thread, under the lock."""
         try:
             return self._read_here(scope, key)
         except sqlite3.Error:
@@ -229,9 +229,12 @@ class SqliteWriter:
             reader = connect_sqlite(self._path, check_same_thread=False)
             reader.execute("PRAGMA busy_timeout=0")
         try:
-            return _fetch(reader.cursor(), scope, key)
-        finally:
-            self._readers.append(reader)
+            found = _fetch(reader.cursor(), scope, key)
+        except sqlite3.Error:
+            reader.close()  # not pooled again: a broken one would fail every read after it
+            raise
+        self._readers.append(reader)
+        return found
 
     async def _run(self, write: Callable[[sqlite3.Cursor], T], durable: bool = True) -> T:
         """Run `write` as one transaction in the writer's thread, or on the loop's thread where
