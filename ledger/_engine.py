@@ -110,7 +110,8 @@ def connect_sqlite(path: str, *, check_same_thread: bool = True) -> sqlite3.Conn
 
 def configure_sqlite_connection(dbapi_connection: Any) -> None:
     """WAL, durable commits, foreign keys and a busy wait, on a new driver connection."""
-    # Take transaction control from the driver so every transaction can BEGIN IMMEDIATE.
+    # Take transaction control from the driver, so that each transaction begins as we say
+    # (the engine's: IMMEDIATE for a write, deferred for a read; the writer's: IMMEDIATE).
     dbapi_connection.isolation_level = None
     cursor = dbapi_connection.cursor()
     cursor.execute("PRAGMA journal_mode=WAL")

@@ -125,7 +125,7 @@ class Ledger:
         self.engine = engine
         # Transactions that only read: on SQLite they take no lock the writers need.
         self._reads = reader(engine)
-        # The guard's hot writes; everything else (reads, reconciliation) goes through `engine`.
+        # The guard's hot writes; reconciliation's go through `engine`, reads through `_reads`.
         self.writer = writer
         self.clock: Clock = clock or SystemClock()
         # True: time is the server's `now()`. SQLite has no server clock; a given clock wins.

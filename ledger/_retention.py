@@ -13,11 +13,11 @@ skew put out of place waits for the next pass). Each batch is one short transact
 PostgreSQL it skips rows another transaction holds (`FOR UPDATE SKIP LOCKED`) instead of waiting
 for them, and a row a guarded call changed meanwhile no longer matches. On SQLite, where a writer
 holds the whole database, a batch runs whole on the ledger's writer thread, in turn with the
-guarded writes (through the async engine it held the lock across its statements' thread hops,
-and SQLite's busy wait let batch after batch starve the writes queued behind: first executions
-took up to 0.8 s during a pass, docs/performance.md); and the pruner rests between batches
-three times as long as the last one took, so that writers have the lock most of the time, those
-of other processes too.
+guarded writes of its process (through the async engine it held the lock across its statements'
+thread hops, and SQLite's busy wait let batch after batch starve the writes queued behind: first
+executions took up to 0.8 s during a pass, docs/performance.md); and the pruner rests between
+batches three times as long as the last one took, so that writers have the lock most of the time,
+those of other processes (which wait for it in SQLite's busy wait) too.
 """
 
 from __future__ import annotations
@@ -79,7 +79,8 @@ async def prune(
 ) -> PruneReport:
     """Delete the final operations (and their attempts) last changed more than `retention` ago.
 
-    Runs batch after batch until none is due or `stop` is set (the batch in hand completes).
+    Runs batch after batch until none is due or `stop` is set (the batch in hand completes, and
+    on SQLite the rest after it).
     """
     if retention <= timedelta(0):
         raise ValueError("retention must be positive")

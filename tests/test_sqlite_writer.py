@@ -12,7 +12,8 @@ from typing import Any
 from sqlalchemy import func, select
 
 from writesafe import WriteSafe
-from writesafe.ledger import Intent, Ledger, Outcome, Status
+from writesafe.ledger import ApiKeys, Intent, Ledger, Outcome, Status
+from writesafe.ledger._sqlite_writer import SqliteWriter
 from writesafe.ledger._writer import attempts, operations
 
 THREAD_PREFIX = "writesafe-sqlite"
@@ -65,7 +66,8 @@ async def test_a_claim_whose_caller_is_cancelled_is_written_whole_or_not_at_all(
             claim = asyncio.create_task(ledger.claim(_intent(f"k{n}")))
             await asyncio.sleep((n % 4) * 0.0005)
             claim.cancel()
-        await ledger.writer.fetch("default", "k0")  # queued behind every claim the thread took
+        assert isinstance(ledger.writer, SqliteWriter)
+        await ledger.writer.transaction(lambda _: None)  # behind every claim the thread took
         rows, tries = await _counts(ledger)
         assert 0 < rows < 30, "the cancellations should have come at different points"
         assert rows == tries, "every operation row has its first execution attempt, and only it"
@@ -198,7 +200,33 @@ async def test_reads_are_answered_while_another_connection_holds_the_write_lock(
         counts = await answered(ws.ledger.count_by_status([Status.SUCCEEDED, Status.IN_FLIGHT]))
         assert counts == {Status.SUCCEEDED: 1, Status.IN_FLIGHT: 0}
         assert await answered(ws.ledger.count_due(tools=["submit"])) == 0
+        assert len((await answered(ws.ledger.attempts_of([listed[0].id])))[listed[0].id]) == 1
+        assert await answered(ApiKeys(ws.ledger.engine).active("no-such-secret")) is None
+        await answered(ws.ledger.ping())
     finally:
         holder.execute("ROLLBACK")
         holder.close()
         await ws.close()
+
+
+async def test_a_reader_that_fails_is_dropped_and_its_read_made_under_the_lock(
+    tmp_path: Path,
+) -> None:
+    """A pooled reader connection that fails (here closed under it) is not pooled again: the
+    read is made on the writer's thread, and the next one on a new reader. Pooled again, being
+    the last one in it would be the first one out, and fail every read after it."""
+    ledger = Ledger.from_url(f"sqlite+aiosqlite:///{tmp_path / 'ledger.db'}")
+    await ledger.migrate()
+    try:
+        assert (await ledger.claim(_intent("a"))).created
+        writer = ledger.writer
+        assert isinstance(writer, SqliteWriter)
+        assert ledger.peek("default", "a") is not None  # a reader is pooled now
+        for reader in writer._readers:
+            reader.close()
+        found = await ledger.get("default", "a")
+        assert found is not None
+        assert found.key == "a"
+        assert ledger.peek("default", "a") is not None, "read on a new reader"
+    finally:
+        await ledger.close()
