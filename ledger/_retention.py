@@ -2,7 +2,8 @@
 
 Only `succeeded` and `failed` operations whose last change is older than the retention period are
 deleted; `in_flight`, `outcome_unknown` and `needs_attention` ones are never touched, however old.
-A key whose operation was deleted is free: the next call with it is a new operation.
+A key whose operation was deleted is free: the next call with it is a new operation. On SQLite the
+newest operation is kept until a newer one exists, so that no id is ever given twice (below).
 
 The pruner walks the primary key in windows of `batch_size` rows, so each batch reads a bounded
 number of rows through the one index every table has, and needs no index of its own over every
@@ -30,7 +31,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import ColumnElement, Integer, and_, bindparam, delete, select
+from sqlalchemy import ColumnElement, Integer, and_, bindparam, delete, func, select
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from writesafe.ledger._ledger import Ledger
@@ -157,11 +158,16 @@ async def _locking_batch(conn: AsyncConnection, params: dict[str, Any]) -> _Batc
     return _Batch(window, gone.rowcount, gone_attempts.rowcount)
 
 
+# SQLite gives a new row the highest id plus one, so pruning the newest operation would hand its
+# id to the next one, and a compare-and-set (by id and version) of a record held since could then
+# reach another key's row. The newest waits, past its retention, until a newer one exists.
+# (PostgreSQL's ids come from a sequence and are never given twice.)
+_SQLITE_DUE = and_(_DUE, operations.c.id < select(func.max(operations.c.id)).scalar_subquery())
 _SQLITE_WINDOW = SqliteStatement.of(_WINDOW)
 _SQLITE_DELETE_ATTEMPTS = SqliteStatement.of(
-    delete(attempts).where(attempts.c.operation_id.in_(select(operations.c.id).where(_DUE)))
+    delete(attempts).where(attempts.c.operation_id.in_(select(operations.c.id).where(_SQLITE_DUE)))
 )
-_SQLITE_DELETE_OPERATIONS = SqliteStatement.of(delete(operations).where(_DUE))
+_SQLITE_DELETE_OPERATIONS = SqliteStatement.of(delete(operations).where(_SQLITE_DUE))
 
 
 def _sqlite_batch(cursor: sqlite3.Cursor, params: dict[str, Any]) -> _Batch:

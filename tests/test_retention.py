@@ -117,14 +117,39 @@ async def test_a_pruned_key_is_a_new_operation(make_ws: MakeWriteSafe) -> None:
 
     assert await submit(1, idempotency_key="k") == 1
     assert await submit(1, idempotency_key="k") == 1  # a replay
+    assert await submit(9, idempotency_key="later") == 9  # SQLite keeps the newest operation
     await _age(ws, ["k"], LONG_AGO)
     assert (await prune(ws.ledger, RETENTION)).operations == 1
 
     assert await submit(2, idempotency_key="k") == 2  # not KEY_REUSED: the key is free again
-    assert runs == [1, 2]
+    assert runs == [1, 9, 2]
     status = await ws.status("k")
     assert status is not None
     assert status.executions == 1
+
+
+async def test_sqlite_keeps_its_newest_operation_so_that_no_id_is_given_twice(
+    tmp_path: Path,
+) -> None:
+    """SQLite gives a new row the highest id plus one: had the pruner deleted the newest
+    operation, the next one would get its id, and a compare-and-set by id and version, from a
+    record held since, could reach the new key's row. The newest waits for a newer one."""
+    async with WriteSafe(f"sqlite+aiosqlite:///{tmp_path / 'ledger.db'}") as ws:
+        await ws.start()
+        for key in ("a", "b"):
+            await _operation(ws, key, Status.SUCCEEDED)
+        await _age(ws, ["a", "b"], LONG_AGO)
+        newest = await ws.ledger.get("default", "b")
+        assert newest is not None
+
+        pruned = await prune(ws.ledger, RETENTION)
+        await _operation(ws, "c", Status.SUCCEEDED)
+        made = await ws.ledger.get("default", "c")
+        assert made is not None
+        assert made.id > newest.id, "an id given twice"
+        assert pruned.operations == 1
+        assert (await prune(ws.ledger, RETENTION)).operations == 1  # b, now that c is newer
+        assert await _keys(ws) == {"c"}
 
 
 @on_both_ledgers
