@@ -521,6 +521,16 @@ class Ledger:
         check_transition(Status.IN_FLIGHT, Status.OUTCOME_UNKNOWN)
         now = self._now_sql()
         sent_before = self._now_sql(-older_than) if older_than > 0 else None
+        if self.is_sqlite:
+            # Look before taking the write lock: a pass that finds nothing (a worker's every
+            # pass while all is well) would hold up the guarded writes for nothing.
+            async with self._reads.connect() as conn:
+                run_out, watched = await self._watched_run_out(
+                    conn, limit, tools, sent_before, scope
+                )
+                unknown = _due_query(_UNKNOWN, now, tools, sent_before, scope).limit(1)
+                if not run_out and (await conn.execute(unknown)).first() is None:
+                    return DueBatch([], 0, watched)
         async with self.engine.begin() as conn:
             crashed: Select[Any] | builtins.list[int]
             watching: float | None = None

@@ -209,6 +209,31 @@ async def test_reads_are_answered_while_another_connection_holds_the_write_lock(
         await ws.close()
 
 
+async def test_a_reconcile_pass_that_finds_nothing_due_takes_no_write_lock(
+    tmp_path: Path,
+) -> None:
+    """The reconciler's claim looks before it takes the write lock: a pass that finds nothing to
+    claim (every pass of a worker while all is well) neither waits for a writer nor holds the
+    guarded writes up. It used to open its write transaction first."""
+    path = tmp_path / "ledger.db"
+    ws = WriteSafe(f"sqlite+aiosqlite:///{path}")
+
+    @ws.tool("submit")
+    async def submit(n: int) -> int:
+        return n
+
+    assert await submit(1, idempotency_key="k") == 1
+    holder = sqlite3.connect(path, isolation_level=None)
+    try:
+        holder.execute("BEGIN IMMEDIATE")  # another writer holds the lock
+        report = await asyncio.wait_for(ws.reconcile(), READ_SECONDS)
+        assert report.examined == 0
+    finally:
+        holder.execute("ROLLBACK")
+        holder.close()
+        await ws.close()
+
+
 async def test_a_reader_that_fails_is_dropped_and_its_read_made_under_the_lock(
     tmp_path: Path,
 ) -> None:
