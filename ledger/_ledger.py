@@ -515,7 +515,8 @@ class Ledger:
         Rows are locked with `FOR UPDATE SKIP LOCKED`, so concurrent workers never wait on or
         share a row; the lease is `next_check_at` (a leased row is not due until it runs out) and
         the version bump fences a worker that overran it. SQLite renders no FOR UPDATE: its
-        BEGIN IMMEDIATE serialises claims instead, and its leases are judged by watching them.
+        BEGIN IMMEDIATE serialises claims instead (taken only once a read found something to
+        claim), and its leases are judged by watching them.
         `scope` None: every scope.
         """
         check_transition(Status.IN_FLIGHT, Status.OUTCOME_UNKNOWN)
