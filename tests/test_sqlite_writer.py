@@ -4,10 +4,12 @@ and its reads, which never wait for the write lock."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import sqlite3
 import threading
+from collections.abc import AsyncIterator, Awaitable
 from pathlib import Path
-from typing import Any
+from typing import TypeVar
 
 from sqlalchemy import func, select
 
@@ -17,6 +19,7 @@ from writesafe.ledger._sqlite_writer import SqliteWriter
 from writesafe.ledger._writer import attempts, operations
 
 THREAD_PREFIX = "writesafe-sqlite"
+T = TypeVar("T")
 # Far more than a read takes, far less than the busy timeout a read taking the lock would wait.
 READ_SECONDS = 2.0
 
@@ -169,6 +172,32 @@ async def test_a_writer_whose_loop_serves_other_calls_writes_on_its_own_thread(
         await ledger.close()
 
 
+@contextlib.asynccontextmanager
+async def _lock_held_elsewhere(path: Path) -> AsyncIterator[WriteSafe]:
+    """An embedded `WriteSafe` on `path` with one succeeded call (key "k", tool "submit"),
+    while another connection holds the database's write lock."""
+    ws = WriteSafe(f"sqlite+aiosqlite:///{path}")
+
+    @ws.tool("submit")
+    async def submit(n: int) -> int:
+        return n
+
+    holder = sqlite3.connect(path, isolation_level=None)
+    try:
+        assert await submit(1, idempotency_key="k") == 1
+        holder.execute("BEGIN IMMEDIATE")
+        yield ws
+    finally:
+        if holder.in_transaction:
+            holder.execute("ROLLBACK")
+        holder.close()
+        await ws.close()
+
+
+def _answered(read: Awaitable[T]) -> Awaitable[T]:
+    return asyncio.wait_for(read, READ_SECONDS)
+
+
 async def test_reads_are_answered_while_another_connection_holds_the_write_lock(
     tmp_path: Path,
 ) -> None:
@@ -177,36 +206,18 @@ async def test_reads_are_answered_while_another_connection_holds_the_write_lock(
     while a write is under way. They used to begin `IMMEDIATE` like the writes, taking the write
     lock and queueing for it (behind a long write, up to the 30 s busy timeout), and to hold it,
     across thread hops, from the guarded writes."""
-    path = tmp_path / "ledger.db"
-    ws = WriteSafe(f"sqlite+aiosqlite:///{path}")
-
-    @ws.tool("submit")
-    async def submit(n: int) -> int:
-        return n
-
-    assert await submit(1, idempotency_key="k") == 1
-    holder = sqlite3.connect(path, isolation_level=None)
-    try:
-        holder.execute("BEGIN IMMEDIATE")  # another writer holds the lock
-
-        def answered(read: Any) -> Any:
-            return asyncio.wait_for(read, READ_SECONDS)
-
-        status = await answered(ws.status("k"))
+    async with _lock_held_elsewhere(tmp_path / "ledger.db") as ws:
+        status = await _answered(ws.status("k"))
         assert status is not None
         assert (status.status, len(status.attempts)) == ("succeeded", 1)
-        listed = await answered(ws.ledger.list(statuses=[Status.SUCCEEDED]))
+        listed = await _answered(ws.ledger.list(statuses=[Status.SUCCEEDED]))
         assert [row.key for row in listed] == ["k"]
-        counts = await answered(ws.ledger.count_by_status([Status.SUCCEEDED, Status.IN_FLIGHT]))
+        counts = await _answered(ws.ledger.count_by_status([Status.SUCCEEDED, Status.IN_FLIGHT]))
         assert counts == {Status.SUCCEEDED: 1, Status.IN_FLIGHT: 0}
-        assert await answered(ws.ledger.count_due(tools=["submit"])) == 0
-        assert len((await answered(ws.ledger.attempts_of([listed[0].id])))[listed[0].id]) == 1
-        assert await answered(ApiKeys(ws.ledger.engine).active("no-such-secret")) is None
-        await answered(ws.ledger.ping())
-    finally:
-        holder.execute("ROLLBACK")
-        holder.close()
-        await ws.close()
+        assert await _answered(ws.ledger.count_due(tools=["submit"])) == 0
+        assert len((await _answered(ws.ledger.attempts_of([listed[0].id])))[listed[0].id]) == 1
+        assert await _answered(ApiKeys(ws.ledger.engine).active("no-such-secret")) is None
+        await _answered(ws.ledger.ping())
 
 
 async def test_a_reconcile_pass_that_finds_nothing_due_takes_no_write_lock(
@@ -215,23 +226,9 @@ async def test_a_reconcile_pass_that_finds_nothing_due_takes_no_write_lock(
     """The reconciler's claim looks before it takes the write lock: a pass that finds nothing to
     claim (every pass of a worker while all is well) neither waits for a writer nor holds the
     guarded writes up. It used to open its write transaction first."""
-    path = tmp_path / "ledger.db"
-    ws = WriteSafe(f"sqlite+aiosqlite:///{path}")
-
-    @ws.tool("submit")
-    async def submit(n: int) -> int:
-        return n
-
-    assert await submit(1, idempotency_key="k") == 1
-    holder = sqlite3.connect(path, isolation_level=None)
-    try:
-        holder.execute("BEGIN IMMEDIATE")  # another writer holds the lock
-        report = await asyncio.wait_for(ws.reconcile(), READ_SECONDS)
+    async with _lock_held_elsewhere(tmp_path / "ledger.db") as ws:
+        report = await _answered(ws.reconcile())
         assert report.examined == 0
-    finally:
-        holder.execute("ROLLBACK")
-        holder.close()
-        await ws.close()
 
 
 async def test_a_reader_that_fails_is_dropped_and_its_read_made_under_the_lock(
