@@ -65,7 +65,8 @@ def idempotent_django_view(
     the caller's scope (e.g. the tenant of `request.user`). Without a key the view answers 400,
     unless `required=False`, which runs it unguarded. `lookup(op)` returns `Found(body)` when an
     unknown outcome's effect exists downstream. Other `options` are the bounds of `ws.tool`
-    (timeout, wait_timeout, ...). The view must answer JSON (e.g. a `JsonResponse`). API clients
+    (timeout, ...); a duplicate of a running request is 409 at once unless `wait_timeout=` asks
+    it to wait that long first. The view must answer JSON (e.g. a `JsonResponse`). API clients
     send no CSRF token: put `csrf_exempt` above it where that is what you mean.
     """
 
@@ -189,7 +190,12 @@ def _guarded_response(
 
     key = request.headers.get(HEADER)
     answer = guard.answer(
-        [] if key is None else [key], lambda: _payload(request), respond, scope=scope
+        [] if key is None else [key],
+        lambda: _payload(request),
+        respond,
+        scope=scope,
+        content_type=request.content_type,
+        raw_body=request.body,
     )
     if answer is None:
         return view()

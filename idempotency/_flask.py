@@ -46,7 +46,9 @@ def idempotent_flask_view(
     ledger; `scope()` returns the caller's scope (e.g. the tenant of `flask.g.user`). Without a
     key the view answers 400, unless `required=False`, which runs it unguarded. `lookup(op)`
     returns `Found(body)` when an unknown outcome's effect exists downstream. Other `options` are
-    the bounds of `ws.tool` (timeout, wait_timeout, ...). The view must answer JSON.
+    the bounds of `ws.tool` (timeout, ...); a duplicate of a running request is 409 at once
+    unless `wait_timeout=` asks it to wait that long first. The view must answer JSON; its own
+    `abort(4xx)` keeps its status.
     """
 
     def decorate(view: View) -> View:
@@ -67,6 +69,8 @@ def idempotent_flask_view(
                 _payload,
                 respond,
                 scope=DEFAULT_SCOPE if scope is None else scope(),
+                content_type=request.content_type,
+                raw_body=request.get_data(cache=True),
             )
             if answer is None:
                 return view(*args, **kwargs)
