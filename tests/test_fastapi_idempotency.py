@@ -15,14 +15,8 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel
 
 from tests.conftest import MakeWriteSafe
-from writesafe import (
-    REPLAYED_HEADER,
-    Found,
-    ToolError,
-    WriteSafe,
-    add_problem_handlers,
-    idempotent_route,
-)
+from writesafe import Found, ToolError, WriteSafe
+from writesafe.contrib.fastapi import REPLAYED_HEADER, add_problem_handlers, idempotent_route
 from writesafe.ledger import ManualClock
 from writesafe.reconciler import PROBLEM_MEDIA_TYPE, from_problem
 

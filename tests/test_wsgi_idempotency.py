@@ -19,7 +19,8 @@ import httpx
 import pytest
 
 from tests.apps import wsgi_shops
-from writesafe import REPLAYED_HEADER, WriteSafe
+from writesafe import WriteSafe
+from writesafe.contrib.flask import REPLAYED_HEADER
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -254,7 +255,8 @@ def test_a_missing_or_malformed_key_is_400_and_nothing_runs(shop: Shop, key: str
 
 
 def test_an_async_view_is_refused_when_it_is_decorated(tmp_path: Path) -> None:
-    from writesafe import idempotent_django_view, idempotent_flask_view
+    from writesafe.contrib.django import idempotent_django_view
+    from writesafe.contrib.flask import idempotent_flask_view
 
     ws = WriteSafe(f"sqlite+aiosqlite:///{tmp_path / 'ledger.db'}")
 

@@ -65,7 +65,7 @@ def _work_from_env() -> Path:
 def flask_app(work: Path | None = None) -> Any:
     from flask import Flask, abort, request
 
-    from writesafe import idempotent_flask_view
+    from writesafe.contrib.flask import idempotent_flask_view
 
     shop = Shop(work or _work_from_env())
     app = Flask(__name__)
@@ -109,7 +109,7 @@ def configure_django(work: Path, *, middleware: bool = False) -> None:
     from django.core.exceptions import BadRequest
     from django.http import HttpRequest, JsonResponse
 
-    from writesafe import idempotent_django_view
+    from writesafe.contrib.django import idempotent_django_view
 
     if not settings.configured:
         settings.configure(
@@ -134,7 +134,7 @@ def configure_django(work: Path, *, middleware: bool = False) -> None:
         return JsonResponse(shop.commit_slowly(json.loads(request.body)), status=201)
 
     if middleware:
-        settings.MIDDLEWARE = ["writesafe.IdempotencyMiddleware"]
+        settings.MIDDLEWARE = ["writesafe.contrib.django.IdempotencyMiddleware"]
         settings.WRITESAFE_IDEMPOTENCY = {
             "writesafe": shop.ws,
             "views": {

@@ -17,10 +17,9 @@ from typing import TYPE_CHECKING, Annotated, Any
 from fastapi import Depends, Header, Request, Response
 from fastapi.routing import APIRoute, serialize_response
 
-from writesafe.idempotency._errors import WriteSafeError
-from writesafe.idempotency._header import HEADER, parse_idempotency_key
-from writesafe.idempotency._http import (
+from writesafe.contrib._http import (
     MALFORMED_KEY_STATUS,
+    REPLAYED_HEADER,
     RefusalAdapter,
     StoredResponse,
     body_payload,
@@ -30,13 +29,21 @@ from writesafe.idempotency._http import (
     stored_answer,
     tool_options,
 )
-from writesafe.idempotency._http_errors import http_exception_refusal, problem_response
+from writesafe.contrib._http_errors import (
+    add_problem_handlers,
+    http_exception_refusal,
+    problem_response,
+)
+from writesafe.contrib._route_openapi import GUARDED
+from writesafe.idempotency._errors import WriteSafeError
+from writesafe.idempotency._header import HEADER, parse_idempotency_key
 from writesafe.idempotency._keys import DEFAULT_SCOPE
-from writesafe.idempotency._route_openapi import GUARDED
 from writesafe.reconciler import DEFAULT_ADAPTER, Adapter
 
 if TYPE_CHECKING:
     from writesafe.idempotency._writesafe import WriteSafe
+
+__all__ = ["REPLAYED_HEADER", "add_problem_handlers", "idempotent_route"]
 
 Endpoint = Callable[..., Awaitable[Any]]
 

@@ -26,6 +26,8 @@ from writesafe.idempotency._keys import DEFAULT_SCOPE, MAX_KEY_LENGTH
 from writesafe.idempotency._tool import Tool
 from writesafe.reconciler import to_call_tool_result
 
+__all__ = ["add_mcp_tool"]
+
 META_KEY = "writesafe/operation"
 
 ScopeOf = Callable[[Context[Any, Any]], str | Awaitable[str]]

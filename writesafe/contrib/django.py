@@ -25,8 +25,8 @@ from django.http import Http404, HttpRequest, HttpResponse
 from django.http.response import HttpResponseBase
 from django.utils.module_loading import import_string
 
-from writesafe.idempotency._header import HEADER
-from writesafe.idempotency._http import (
+from writesafe.contrib._http import (
+    REPLAYED_HEADER,
     GuardedView,
     Refusal,
     StoredResponse,
@@ -34,9 +34,12 @@ from writesafe.idempotency._http import (
     json_body,
     request_payload,
 )
+from writesafe.idempotency._header import HEADER
 from writesafe.idempotency._keys import DEFAULT_SCOPE
 from writesafe.idempotency._writesafe import WriteSafe
 from writesafe.reconciler import Adapter, LookupOperation, LookupResult
+
+__all__ = ["REPLAYED_HEADER", "IdempotencyMiddleware", "idempotent_django_view"]
 
 View = TypeVar("View", bound=Callable[..., HttpResponseBase])
 

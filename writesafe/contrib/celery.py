@@ -24,6 +24,8 @@ from writesafe.idempotency._errors import WriteSafeError, invalid_input
 from writesafe.idempotency._writesafe import WriteSafe
 from writesafe.reconciler import Code, LookupOperation, LookupResult
 
+__all__ = ["idempotent_task"]
+
 F = TypeVar("F", bound=Callable[..., Any])
 
 # Envelopes that ask to come back later with the same key: another worker holds it, or the

@@ -14,8 +14,8 @@ from typing import Any, TypeVar
 from flask import Response, current_app, request
 from werkzeug.exceptions import HTTPException
 
-from writesafe.idempotency._header import HEADER
-from writesafe.idempotency._http import (
+from writesafe.contrib._http import (
+    REPLAYED_HEADER,
     GuardedView,
     Refusal,
     StoredResponse,
@@ -23,9 +23,12 @@ from writesafe.idempotency._http import (
     json_body,
     request_payload,
 )
+from writesafe.idempotency._header import HEADER
 from writesafe.idempotency._keys import DEFAULT_SCOPE
 from writesafe.idempotency._writesafe import WriteSafe
 from writesafe.reconciler import Adapter, LookupOperation, LookupResult
+
+__all__ = ["REPLAYED_HEADER", "idempotent_flask_view"]
 
 View = TypeVar("View", bound=Callable[..., Any])
 
