@@ -11,7 +11,7 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
 
 WORKDIR /app
 COPY . .
-RUN pip install . \
+RUN pip install '.[service]' \
     && useradd --system --no-create-home --home-dir /app writesafe \
     && chown -R writesafe /app
 USER writesafe

@@ -285,5 +285,5 @@ def test_the_image_runs_the_console_script() -> None:
     assert 'ENTRYPOINT ["writesafe"]' in dockerfile
     scripts = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["scripts"]
     assert scripts["writesafe"] == "writesafe.cli:main"
-    assert re.search(r"^RUN pip install \.", dockerfile, re.MULTILINE)
+    assert re.search(r"^RUN pip install '\.\[service\]'", dockerfile, re.MULTILINE)  # serve's extra
     assert re.search(r"^USER (?!root)\w+", dockerfile, re.MULTILINE)

@@ -14,16 +14,21 @@ import threading
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from django.conf import settings
-from django.core.exceptions import (
-    BadRequest,
-    ImproperlyConfigured,
-    PermissionDenied,
-    SuspiciousOperation,
-)
-from django.http import Http404, HttpRequest, HttpResponse
-from django.http.response import HttpResponseBase
-from django.utils.module_loading import import_string
+from writesafe._extras import MissingExtra
+
+try:
+    from django.conf import settings
+    from django.core.exceptions import (
+        BadRequest,
+        ImproperlyConfigured,
+        PermissionDenied,
+        SuspiciousOperation,
+    )
+    from django.http import Http404, HttpRequest, HttpResponse
+    from django.http.response import HttpResponseBase
+    from django.utils.module_loading import import_string
+except ModuleNotFoundError as missing:
+    raise MissingExtra(__name__, "django", missing) from missing
 
 from writesafe.contrib._http import (
     REPLAYED_HEADER,

@@ -14,8 +14,13 @@ from collections.abc import Awaitable, Callable
 from contextvars import ContextVar
 from typing import TYPE_CHECKING, Annotated, Any
 
-from fastapi import Depends, Header, Request, Response
-from fastapi.routing import APIRoute, serialize_response
+from writesafe._extras import MissingExtra
+
+try:
+    from fastapi import Depends, Header, Request, Response
+    from fastapi.routing import APIRoute, serialize_response
+except ModuleNotFoundError as missing:
+    raise MissingExtra(__name__, "fastapi", missing) from missing
 
 from writesafe.contrib._http import (
     MALFORMED_KEY_STATUS,

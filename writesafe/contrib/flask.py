@@ -11,8 +11,13 @@ import functools
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from flask import Response, current_app, request
-from werkzeug.exceptions import HTTPException
+from writesafe._extras import MissingExtra
+
+try:
+    from flask import Response, current_app, request
+    from werkzeug.exceptions import HTTPException
+except ModuleNotFoundError as missing:
+    raise MissingExtra(__name__, "flask", missing) from missing
 
 from writesafe.contrib._http import (
     REPLAYED_HEADER,

@@ -15,9 +15,14 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Annotated, Any
 
-from mcp.server.mcpserver import Context, MCPServer
-from mcp.server.mcpserver.utilities.func_metadata import func_metadata
-from mcp.types import CallToolResult, ToolAnnotations
+from writesafe._extras import MissingExtra
+
+try:
+    from mcp.server.mcpserver import Context, MCPServer
+    from mcp.server.mcpserver.utilities.func_metadata import func_metadata
+    from mcp.types import CallToolResult, ToolAnnotations
+except ModuleNotFoundError as missing:
+    raise MissingExtra(__name__, "mcp", missing) from missing
 from pydantic import Field, ValidationError, ValidatorFunctionWrapHandler, WrapValidator
 
 from writesafe.idempotency._arguments import KEY_PARAMETER
