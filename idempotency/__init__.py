@@ -12,9 +12,11 @@ await submit_order({"sku": "A1"}, idempotency_key="ord-7")
 A plain `def` becomes a blocking `SyncTool` with the same guarantees; `ws.sync` is the blocking
 face of `status`, `reconcile` and `resolve`.
 
-`FencedTransport` (or `fenced_client()`) fences every httpx request a guarded write sends and
-forwards its key and fencing token. The framework integrations (FastAPI, Flask, Django, Celery,
-MCP) live in `writesafe.contrib`, each with its extra.
+The types `WriteSafe(...)` and `ws.tool(...)` take are here too: `Adapter`, `Lookup` (and the
+`LookupResult` it answers), `RetryPolicy`, `CodeRegistry`, `Redactor`, `Clock`; `Code` names the
+codes a `ToolError` raises. `FencedTransport` (or `fenced_client()`) fences every httpx request a
+guarded write sends and forwards its key and fencing token. The framework integrations (FastAPI,
+Flask, Django, Celery, MCP) live in `writesafe.contrib`, each with its extra.
 """
 
 from __future__ import annotations
@@ -38,17 +40,24 @@ from writesafe.idempotency._tracing import (
     uninstrument_tracing,
 )
 from writesafe.idempotency._writesafe import WriteSafe
-from writesafe.ledger import Status
+from writesafe.ledger import Clock, Status
 from writesafe.reconciler import (
+    Adapter,
+    Code,
+    CodeRegistry,
     ErrorEnvelope,
     Found,
+    Lookup,
     LookupOperation,
+    LookupResult,
     NotFound,
     OperationNotFound,
     OperationStatus,
     ReconcilerBusy,
     ReconcileReport,
+    Redactor,
     ResolutionRefused,
+    RetryPolicy,
     ToolError,
     Unknown,
 )
@@ -56,12 +65,18 @@ from writesafe.reconciler import (
 __all__ = [
     "DEFAULT_SCOPE",
     "MAX_KEY_LENGTH",
+    "Adapter",
+    "Clock",
+    "Code",
+    "CodeRegistry",
     "ErrorEnvelope",
     "FencedTransport",
     "Found",
     "Invocation",
     "LeaseLost",
+    "Lookup",
     "LookupOperation",
+    "LookupResult",
     "NoCurrentOperation",
     "NotFound",
     "OperationContext",
@@ -70,7 +85,9 @@ __all__ = [
     "OperationStatus",
     "ReconcileReport",
     "ReconcilerBusy",
+    "Redactor",
     "ResolutionRefused",
+    "RetryPolicy",
     "Status",
     "SyncFencedTransport",
     "SyncTool",

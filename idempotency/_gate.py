@@ -15,17 +15,11 @@ from typing import Any
 from writesafe.idempotency._errors import WriteSafeError
 from writesafe.idempotency._spec import GuardedCall
 from writesafe.ledger import AttemptKind, Intent, Ledger, OperationRecord, Status, dumps_json
-from writesafe.reconciler import (
-    Code,
-    CodeRegistry,
-    Established,
-    ProvenAbsent,
-    Unsettled,
-    judge_lookup,
-    operation_info,
-    run_lookup,
-    stored_envelope,
-)
+from writesafe.reconciler import Code, CodeRegistry, Unsettled
+from writesafe.reconciler._admission import stored_envelope
+from writesafe.reconciler._check import run_lookup
+from writesafe.reconciler._decisions import Established, ProvenAbsent, judge_lookup
+from writesafe.reconciler._views import operation_info
 
 ACTOR = "caller"
 _ASK_AGAIN_MS = 1_000

@@ -48,38 +48,33 @@ from writesafe.idempotency._store_answers import (
 )
 from writesafe.idempotency._tracing import traced_call, tracing_on
 from writesafe.ledger import Claim, Intent, LeaseHeld, Ledger, OperationRecord, Outcome, Status
-from writesafe.reconciler import (
-    FIRST_POLL_SECONDS,
-    Classification,
-    CodeRegistry,
+from writesafe.reconciler import Classification, CodeRegistry, ErrorEnvelope, OperationInfo
+from writesafe.reconciler._adapters import answer_failure, failure_of
+from writesafe.reconciler._admission import stored_envelope
+from writesafe.reconciler._continuation import (
     Continuation,
-    ErrorEnvelope,
-    OperationInfo,
-    RetrySignal,
-    RowAction,
-    after_failure,
-    answer_failure,
-    cut_short,
     decide_continuation,
-    decide_row,
-    defer,
     failed_operation,
-    failure_of,
-    failure_outcome,
+    stored_failure,
+    waits_for_delay,
+)
+from writesafe.reconciler._decisions import (
+    FIRST_POLL_SECONDS,
+    RowAction,
+    decide_row,
     held_for_ms,
+    next_poll,
+)
+from writesafe.reconciler._failures import after_failure, cut_short, failure_outcome, not_stored
+from writesafe.reconciler._refusals import (
     in_progress,
     key_reused,
     ledger_lost,
-    next_poll,
-    not_stored,
-    operation_info,
-    replay_timed,
-    stored_envelope,
-    stored_failure,
     unrecorded,
-    waits_for_delay,
     write_not_started,
 )
+from writesafe.reconciler._retry import RetrySignal, defer, replay_timed
+from writesafe.reconciler._views import operation_info
 
 if TYPE_CHECKING:
     from writesafe.idempotency._keystore import RedisKeyStore

@@ -21,17 +21,9 @@ from writesafe.idempotency._errors import WriteSafeError
 from writesafe.idempotency._fence import Fence
 from writesafe.idempotency._spec import GuardedCall
 from writesafe.ledger import Clock
-from writesafe.reconciler import (
-    Classification,
-    Code,
-    CodeRegistry,
-    Lost,
-    RetrySignal,
-    SideEffects,
-    answer_failure,
-    exhausted,
-    failure_of,
-)
+from writesafe.reconciler import Classification, Code, CodeRegistry, Lost, SideEffects
+from writesafe.reconciler._adapters import answer_failure, failure_of
+from writesafe.reconciler._retry import RetrySignal, exhausted
 
 
 async def run_read(call: GuardedCall, codes: CodeRegistry, clock: Clock) -> Any:

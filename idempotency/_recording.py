@@ -20,7 +20,7 @@ from tenacity import (
 from writesafe.idempotency._attempts import attempt
 from writesafe.idempotency._metrics import LEASES_LOST, executed
 from writesafe.ledger import Ledger, OperationRecord, Outcome
-from writesafe.reconciler import committed_earlier
+from writesafe.reconciler._decisions import committed_earlier
 
 logger = logging.getLogger("writesafe")
 

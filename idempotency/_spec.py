@@ -10,16 +10,10 @@ from typing import Any
 from writesafe.idempotency._arguments import BoundCall, plain_parameters
 from writesafe.idempotency._results import ResultCodec
 from writesafe.idempotency._tracing import traced_execution, traced_lookup
-from writesafe.reconciler import (
-    DEFAULT_REDACTION,
-    Adapter,
-    CodeRegistry,
-    Lookup,
-    LookupSpec,
-    Redaction,
-    RetryBudget,
-    RetryPolicy,
-)
+from writesafe.reconciler import Adapter, CodeRegistry, Lookup, Redaction, RetryPolicy
+from writesafe.reconciler._check import LookupSpec
+from writesafe.reconciler._redaction import DEFAULT_REDACTION
+from writesafe.reconciler._retry import RetryBudget
 
 DEFAULT_LOOKUP_TIMEOUT = 5.0
 

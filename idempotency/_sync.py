@@ -45,13 +45,8 @@ from writesafe.idempotency._context import (
 from writesafe.idempotency._errors import WriteSafeError
 from writesafe.idempotency._keys import DEFAULT_SCOPE
 from writesafe.idempotency._tool import Invocation, Tool
-from writesafe.reconciler import (
-    LookupOperation,
-    LookupResult,
-    OperationStatus,
-    ReconcileReport,
-    Resolution,
-)
+from writesafe.reconciler import LookupOperation, LookupResult, OperationStatus, ReconcileReport
+from writesafe.reconciler._resolve import Resolution
 
 if TYPE_CHECKING:
     from writesafe.idempotency._writesafe import WriteSafe

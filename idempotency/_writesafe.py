@@ -33,18 +33,16 @@ from writesafe.reconciler import (
     Lookup,
     LookupOperation,
     LookupResult,
-    LookupSpec,
     OperationStatus,
-    ReconcilePolicy,
-    Reconciler,
     ReconcileReport,
     Redaction,
     Redactor,
-    Resolution,
-    RetryBudget,
     RetryPolicy,
-    resolve_operation,
 )
+from writesafe.reconciler._check import LookupSpec
+from writesafe.reconciler._reconcile import ReconcilePolicy, Reconciler
+from writesafe.reconciler._resolve import Resolution, resolve_operation
+from writesafe.reconciler._retry import RetryBudget
 
 if TYPE_CHECKING:
     from writesafe.idempotency._keystore import RedisKeyStore

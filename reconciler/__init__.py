@@ -1,7 +1,14 @@
-"""What may happen next: the error contract, adapters, continuation policy, lookups, views, and
-reconciliation (jobs and operator resolution).
+"""What may happen next: the error contract, adapters, lookups, retry policy, renderings, views
+and reconciliation.
 
-Imports `ledger` only. Its `cli` and `service` entry packages may also import `idempotency`.
+This face is what users and the docs need: the contract's types (`ErrorEnvelope`, `Code`,
+`CodeRegistry`), what a tool raises or a lookup answers (`ToolError`, `Found`, `NotFound`,
+`Unknown`), adapters (`Rule`, `http_adapter`, `ResponseAdapter`), `RetryPolicy`, redaction, the
+renderings (problem+json, MCP, WebMCP) and the views of an operation. The guard's decisions
+(`next_poll`, `write_not_started`, ...) stay in the private modules, which the guard and the
+entry floor import directly; `writesafe.reconciler.conformance` is the contract check's face.
+
+Imports `ledger` only.
 """
 
 from __future__ import annotations
@@ -9,39 +16,12 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-from writesafe.reconciler._absence import Absence, after_absence
-from writesafe.reconciler._adapters import (
-    DEFAULT_ADAPTER,
-    Adapter,
-    AnswerAdapter,
-    answer_failure,
-    failure_of,
-)
-from writesafe.reconciler._admission import admit, admit_stored, disagreement, stored_envelope
-from writesafe.reconciler._causes import KEY_STORE, LEDGER, Lost, Unsettled, Untrusted
-from writesafe.reconciler._check import (
-    Check,
-    Lookup,
-    LookupOperation,
-    LookupOutcome,
-    LookupSpec,
-    run_lookup,
-)
-from writesafe.reconciler._classify import Classification, classify_exception, exception_evidence
-from writesafe.reconciler._continuation import (
-    Continuation,
-    FailedOperation,
-    decide_continuation,
-    failed_operation,
-    stored_failure,
-    waits_for_delay,
-)
+from writesafe.reconciler._adapters import DEFAULT_ADAPTER, Adapter, AnswerAdapter
+from writesafe.reconciler._causes import Lost, Unsettled, Untrusted
+from writesafe.reconciler._check import Lookup, LookupOperation
+from writesafe.reconciler._classify import Classification
 from writesafe.reconciler._contract import (
-    BUILTIN_VERDICTS,
     CODES,
-    FIELD_LIMIT,
-    MESSAGE_LIMIT,
-    SCHEMA,
     Code,
     CodeRegistry,
     Disposition,
@@ -52,86 +32,19 @@ from writesafe.reconciler._contract import (
     UnknownCode,
     Verdict,
 )
-from writesafe.reconciler._decisions import (
-    FIRST_POLL_SECONDS,
-    Established,
-    LookupVerdict,
-    Poll,
-    ProvenAbsent,
-    RowAction,
-    StillUnknown,
-    committed_earlier,
-    decide_row,
-    held_for_ms,
-    judge_lookup,
-    next_poll,
-)
-from writesafe.reconciler._failures import (
-    AfterFailure,
-    after_failure,
-    cut_short,
-    failure_outcome,
-    not_stored,
-)
-from writesafe.reconciler._http_preset import HTTP_ADAPTER, HTTP_RULES, http_adapter
+from writesafe.reconciler._http_preset import HTTP_ADAPTER, http_adapter
 from writesafe.reconciler._lookup import Found, LookupResult, NotFound, Unknown
-from writesafe.reconciler._problem import (
-    HTTP_STATUS,
-    PROBLEM_MEDIA_TYPE,
-    Problem,
-    ProblemBody,
-    from_problem,
-    to_problem,
-)
-from writesafe.reconciler._reconcile import ReconcilePolicy, Reconciler, ReconcileReport
-from writesafe.reconciler._redaction import (
-    DEFAULT_REDACTION,
-    REDACTED,
-    Redaction,
-    Redactor,
-    redact_text,
-)
-from writesafe.reconciler._refusals import (
-    in_progress,
-    key_reused,
-    ledger_lost,
-    unrecorded,
-    write_not_started,
-)
-from writesafe.reconciler._resolve import (
-    RESOLVABLE,
-    EvidenceRequired,
-    OperationNotFound,
-    Resolution,
-    ResolutionRefused,
-    resolve_operation,
-)
-from writesafe.reconciler._response import DownstreamError, RawResponse, response_of
-from writesafe.reconciler._retry import (
-    DEFAULT_MAX_ELAPSED,
-    DEFAULT_RETRY_POLICY,
-    RetryBudget,
-    RetryPolicy,
-    RetrySignal,
-    defer,
-    exhausted,
-    replay_timed,
-    wait_max,
-)
-from writesafe.reconciler._retry_after import MAX_RETRY_AFTER_MS, parse_retry_after
-from writesafe.reconciler._rules import NOT_JSON, ResponseAdapter, Rule
-from writesafe.reconciler._schema import envelope_json_schema
+from writesafe.reconciler._problem import PROBLEM_MEDIA_TYPE, Problem, from_problem, to_problem
+from writesafe.reconciler._reconcile import ReconcileReport
+from writesafe.reconciler._redaction import REDACTED, Redaction, Redactor
+from writesafe.reconciler._resolve import EvidenceRequired, OperationNotFound, ResolutionRefused
+from writesafe.reconciler._response import DownstreamError, RawResponse
+from writesafe.reconciler._retry import DEFAULT_RETRY_POLICY, RetryPolicy
+from writesafe.reconciler._rules import ResponseAdapter, Rule
 from writesafe.reconciler._single import ReconcilerBusy
 from writesafe.reconciler._tool_error import ToolError
-from writesafe.reconciler._views import (
-    AttemptView,
-    OperationStatus,
-    OperationSummary,
-    attempts_left,
-    operation_info,
-)
+from writesafe.reconciler._views import AttemptView, OperationStatus, OperationSummary
 from writesafe.reconciler._webmcp import (
-    WEBMCP_CODES,
     WebMcpCode,
     from_webmcp,
     from_webmcp_text,
@@ -151,50 +64,26 @@ _ON_FIRST_USE = {
 }
 
 __all__ = [
-    "BUILTIN_VERDICTS",
     "CODES",
     "DEFAULT_ADAPTER",
-    "DEFAULT_MAX_ELAPSED",
-    "DEFAULT_REDACTION",
     "DEFAULT_RETRY_POLICY",
-    "FIELD_LIMIT",
-    "FIRST_POLL_SECONDS",
     "HTTP_ADAPTER",
-    "HTTP_RULES",
-    "HTTP_STATUS",
-    "KEY_STORE",
-    "LEDGER",
-    "MAX_RETRY_AFTER_MS",
-    "MESSAGE_LIMIT",
-    "NOT_JSON",
     "PROBLEM_MEDIA_TYPE",
     "REDACTED",
-    "RESOLVABLE",
-    "SCHEMA",
-    "WEBMCP_CODES",
-    "Absence",
     "Adapter",
-    "AfterFailure",
     "AnswerAdapter",
     "AttemptView",
-    "Check",
     "Classification",
     "Code",
     "CodeRegistry",
-    "Continuation",
     "Disposition",
     "DownstreamError",
     "ErrorEnvelope",
-    "Established",
     "EvidenceRequired",
-    "FailedOperation",
     "Found",
     "Lookup",
     "LookupOperation",
-    "LookupOutcome",
     "LookupResult",
-    "LookupSpec",
-    "LookupVerdict",
     "Lost",
     "NextAction",
     "NotFound",
@@ -202,27 +91,17 @@ __all__ = [
     "OperationNotFound",
     "OperationStatus",
     "OperationSummary",
-    "Poll",
     "Problem",
-    "ProblemBody",
-    "ProvenAbsent",
     "RawResponse",
-    "ReconcilePolicy",
     "ReconcileReport",
-    "Reconciler",
     "ReconcilerBusy",
     "Redaction",
     "Redactor",
-    "Resolution",
     "ResolutionRefused",
     "ResponseAdapter",
-    "RetryBudget",
     "RetryPolicy",
-    "RetrySignal",
-    "RowAction",
     "Rule",
     "SideEffects",
-    "StillUnknown",
     "ToolError",
     "Unknown",
     "UnknownCode",
@@ -230,55 +109,16 @@ __all__ = [
     "Untrusted",
     "Verdict",
     "WebMcpCode",
-    "admit",
-    "admit_stored",
-    "after_absence",
-    "after_failure",
-    "answer_failure",
-    "attempts_left",
-    "classify_exception",
-    "committed_earlier",
-    "cut_short",
-    "decide_continuation",
-    "decide_row",
-    "defer",
-    "disagreement",
-    "envelope_json_schema",
-    "exception_evidence",
-    "exhausted",
-    "failed_operation",
-    "failure_of",
-    "failure_outcome",
     "from_call_tool_result",
     "from_problem",
     "from_webmcp",
     "from_webmcp_text",
-    "held_for_ms",
     "http_adapter",
-    "in_progress",
-    "judge_lookup",
-    "key_reused",
-    "ledger_lost",
-    "next_poll",
-    "not_stored",
-    "operation_info",
-    "parse_retry_after",
     "read_envelope",
-    "redact_text",
-    "replay_timed",
-    "resolve_operation",
-    "response_of",
-    "run_lookup",
-    "stored_envelope",
-    "stored_failure",
     "to_call_tool_result",
     "to_problem",
     "to_webmcp",
     "to_webmcp_text",
-    "unrecorded",
-    "wait_max",
-    "waits_for_delay",
-    "write_not_started",
 ]
 
 

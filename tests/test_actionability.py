@@ -22,8 +22,6 @@ from writesafe.ledger import LEASE_EXPIRED, OperationRecord, Status
 from writesafe.reconciler import (
     CODES,
     DEFAULT_ADAPTER,
-    KEY_STORE,
-    LEDGER,
     Classification,
     Code,
     DownstreamError,
@@ -37,23 +35,24 @@ from writesafe.reconciler import (
     ToolError,
     Unsettled,
     Untrusted,
-    after_absence,
-    after_failure,
-    cut_short,
-    failure_of,
     from_call_tool_result,
     from_problem,
+    to_call_tool_result,
+    to_problem,
+)
+from writesafe.reconciler._absence import after_absence
+from writesafe.reconciler._adapters import failure_of
+from writesafe.reconciler._causes import KEY_STORE, LEDGER
+from writesafe.reconciler._continuation import stored_failure
+from writesafe.reconciler._failures import after_failure, cut_short, not_stored
+from writesafe.reconciler._refusals import (
     in_progress,
     key_reused,
     ledger_lost,
-    not_stored,
-    operation_info,
-    stored_failure,
-    to_call_tool_result,
-    to_problem,
     unrecorded,
     write_not_started,
 )
+from writesafe.reconciler._views import operation_info
 from writesafe.service._problems import unavailable
 
 NOW = datetime(2026, 1, 1, tzinfo=UTC)

@@ -17,7 +17,6 @@ from writesafe.ledger import ManualClock, dumps_json
 from writesafe.reconciler import (
     CODES,
     DEFAULT_ADAPTER,
-    MAX_RETRY_AFTER_MS,
     Adapter,
     Code,
     DownstreamError,
@@ -26,9 +25,9 @@ from writesafe.reconciler import (
     Rule,
     SideEffects,
     ToolError,
-    parse_retry_after,
     to_problem,
 )
+from writesafe.reconciler._retry_after import MAX_RETRY_AFTER_MS, parse_retry_after
 
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
 

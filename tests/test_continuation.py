@@ -7,14 +7,8 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from writesafe.reconciler import (
-    CODES,
-    Code,
-    CodeRegistry,
-    Continuation,
-    FailedOperation,
-    decide_continuation,
-)
+from writesafe.reconciler import CODES, Code, CodeRegistry
+from writesafe.reconciler._continuation import Continuation, FailedOperation, decide_continuation
 
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
 

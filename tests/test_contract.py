@@ -12,11 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from writesafe.reconciler import (
-    BUILTIN_VERDICTS,
     CODES,
-    HTTP_STATUS,
-    MESSAGE_LIMIT,
-    WEBMCP_CODES,
     Code,
     CodeRegistry,
     Disposition,
@@ -27,10 +23,13 @@ from writesafe.reconciler import (
     ToolError,
     UnknownCode,
     Verdict,
-    classify_exception,
-    envelope_json_schema,
     read_envelope,
 )
+from writesafe.reconciler._classify import classify_exception
+from writesafe.reconciler._contract import BUILTIN_VERDICTS, MESSAGE_LIMIT
+from writesafe.reconciler._problem import HTTP_STATUS
+from writesafe.reconciler._schema import envelope_json_schema
+from writesafe.reconciler._webmcp import WEBMCP_CODES
 
 SCHEMA_FILE = Path(__file__).parent.parent / "docs" / "schema" / "writesafe.error.1.json"
 

@@ -16,21 +16,12 @@ import pytest
 from writesafe.ledger import LEASE_EXPIRED, OperationRecord, Outcome, Status, dumps_json
 from writesafe.reconciler import (
     CODES,
-    FIRST_POLL_SECONDS,
-    LEDGER,
-    Check,
     Classification,
     Code,
     ErrorEnvelope,
-    Established,
-    LookupOutcome,
     Lost,
-    Poll,
-    ProvenAbsent,
     RetryPolicy,
-    RowAction,
     SideEffects,
-    StillUnknown,
     Untrusted,
     _absence,
     _admission,
@@ -38,28 +29,33 @@ from writesafe.reconciler import (
     _decisions,
     _failures,
     _refusals,
-    admit_stored,
-    after_failure,
+)
+from writesafe.reconciler._admission import admit_stored, disagreement, stored_envelope
+from writesafe.reconciler._causes import LEDGER
+from writesafe.reconciler._check import Check, LookupOutcome
+from writesafe.reconciler._continuation import failed_operation, stored_failure, waits_for_delay
+from writesafe.reconciler._decisions import (
+    FIRST_POLL_SECONDS,
+    Established,
+    Poll,
+    ProvenAbsent,
+    RowAction,
+    StillUnknown,
     committed_earlier,
-    cut_short,
     decide_row,
-    disagreement,
-    failed_operation,
-    failure_outcome,
     held_for_ms,
-    in_progress,
     judge_lookup,
+    next_poll,
+)
+from writesafe.reconciler._failures import after_failure, cut_short, failure_outcome, not_stored
+from writesafe.reconciler._refusals import (
+    in_progress,
     key_reused,
     ledger_lost,
-    next_poll,
-    not_stored,
-    operation_info,
-    stored_envelope,
-    stored_failure,
     unrecorded,
-    waits_for_delay,
     write_not_started,
 )
+from writesafe.reconciler._views import operation_info
 
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
 MINE, THEIRS = "owner-mine", "owner-theirs"

@@ -4,7 +4,9 @@ Every module imports the packages by their installed names (`writesafe.ledger`, 
 other distributions on PyPI own the bare names). The entry floor, `writesafe/` (the public face, the
 CLI, the service and the framework integrations in `writesafe.contrib`), may import all three;
 `idempotency` must not import the floor (the public face imports it: that would be a cycle). The
-integrations run inside the user's app: they import the core, never the CLI or the service.
+integrations run inside the user's app: they import the core, never the CLI or the service. The
+CLI imports the layers below only by their public modules (`writesafe.reconciler`,
+`writesafe.reconciler.conformance`, ...), never their private ones.
 """
 
 from __future__ import annotations
@@ -90,6 +92,19 @@ def test_the_integrations_import_neither_the_cli_nor_the_service() -> None:
             m for m in imported_modules(path) if m.split(".")[:2] in (ENTRY_CLI, ENTRY_SERVICE)
         )
         for path in python_files(ROOT / "writesafe" / "contrib")
+    }
+    assert {path: found for path, found in offenders.items() if found} == {}
+
+
+def test_the_cli_imports_the_layers_below_by_their_faces() -> None:
+    """The CLI may import its own private modules, and only the public ones below it."""
+    offenders = {
+        str(path.relative_to(ROOT)): sorted(
+            m
+            for m in imported_modules(path)
+            if layer(m) in BARE and any(part.startswith("_") for part in m.split(".")[2:])
+        )
+        for path in python_files(ROOT / "writesafe" / "cli")
     }
     assert {path: found for path, found in offenders.items() if found} == {}
 

@@ -12,9 +12,7 @@ from mcp_types import CallToolResult, TextContent
 
 from writesafe.reconciler import (
     CODES,
-    HTTP_STATUS,
     PROBLEM_MEDIA_TYPE,
-    WEBMCP_CODES,
     Code,
     CodeRegistry,
     Disposition,
@@ -34,7 +32,9 @@ from writesafe.reconciler import (
     to_webmcp,
     to_webmcp_text,
 )
+from writesafe.reconciler._problem import HTTP_STATUS
 from writesafe.reconciler._vectors import emitted
+from writesafe.reconciler._webmcp import WEBMCP_CODES
 
 ALL = [e for e in emitted() if e.cause is None]  # OUTCOME_UNKNOWN's causes: tested below
 

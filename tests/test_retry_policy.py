@@ -6,7 +6,8 @@ from __future__ import annotations
 import pytest
 from tenacity import RetryCallState
 
-from writesafe.reconciler import CODES, Code, RetryPolicy, defer
+from writesafe.reconciler import CODES, Code, RetryPolicy
+from writesafe.reconciler._retry import defer
 
 
 def state(since_start: float, upcoming_sleep: float) -> RetryCallState:

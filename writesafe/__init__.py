@@ -12,27 +12,14 @@
 This module is the public face of `writesafe.idempotency`, whose `__all__` it takes (pinned by
 tests/test_public_api.py). Below it:
 `writesafe.idempotency` (at most once), `writesafe.reconciler` (what may happen next) and
-`writesafe.ledger` (what happened); beside it the entry floor, `writesafe.cli` and
-`writesafe.service`, which may import all three.
+`writesafe.ledger` (what happened); beside it the entry floor, `writesafe.cli`,
+`writesafe.service` and the framework integrations in `writesafe.contrib`, which may import all
+three.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
-
-import writesafe.idempotency as _face
-
-if TYPE_CHECKING:
-    from writesafe.idempotency import *  # noqa: F403  (the same names, for type checkers)
-
-# One list of public names: writesafe.idempotency's. Each is fetched from there on first use,
-# so the integrations (FastAPI, the MCP SDK, ...) stay unloaded until someone asks for them.
-__all__ = list(_face.__all__)
-
-
-def __getattr__(name: str) -> Any:
-    if name not in __all__:
-        raise AttributeError(f"module 'writesafe' has no attribute {name!r}")
-    value = getattr(_face, name)
-    globals()[name] = value  # later lookups skip this function
-    return value
+# One list of public names: writesafe.idempotency's (the integrations have their own corner,
+# writesafe.contrib, so nothing here loads a framework).
+from writesafe.idempotency import *  # noqa: F403
+from writesafe.idempotency import __all__ as __all__

@@ -20,7 +20,8 @@ from tests.service.support import SCOPES, issue_keys, served
 from writesafe import ToolError, Unknown, WriteSafe, WriteSafeError
 from writesafe.ledger import Role
 from writesafe.ledger._models import Base
-from writesafe.reconciler import REDACTED, redact_text
+from writesafe.reconciler import REDACTED
+from writesafe.reconciler._redaction import redact_text
 from writesafe.service import create_app
 
 A = SCOPES[0]

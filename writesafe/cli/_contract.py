@@ -28,8 +28,15 @@ from writesafe.cli._contract_report import report_json, report_lines
 from writesafe.cli._exit import ExitCode
 from writesafe.cli._loading import fail, import_object
 from writesafe.cli._options import JsonOption
-from writesafe.reconciler._evaluator import CaseFile, Observed, PairRun, ScenarioRunner, evaluate
-from writesafe.reconciler._schema import envelope_json_schema
+from writesafe.reconciler.conformance import (
+    CaseFile,
+    Observed,
+    PairRun,
+    ScenarioRunner,
+    conformance_vectors,
+    envelope_json_schema,
+    evaluate,
+)
 
 contract_app = typer.Typer(
     help="The error contract: release checks of backend/adapter pairs, the published schema.",
@@ -110,9 +117,6 @@ def schema() -> None:
 @contract_app.command("vectors")
 def vectors() -> None:
     """Print the conformance vectors (docs/schema/writesafe.error.1.vectors.json)."""
-    # The vectors render MCP results, whose types take half a second to load: only here.
-    from writesafe.reconciler._vectors import vectors as conformance_vectors
-
     typer.echo(json.dumps(conformance_vectors(), indent=2, ensure_ascii=False))
 
 

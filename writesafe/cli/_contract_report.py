@@ -6,7 +6,7 @@ import json
 from dataclasses import asdict
 from typing import Any
 
-from writesafe.reconciler._evaluator import CaseFile, PairReport, Report
+from writesafe.reconciler.conformance import CaseFile, PairReport, Report
 
 
 def report_lines(cases: CaseFile, report: Report) -> list[str]:

@@ -43,10 +43,10 @@ from writesafe.reconciler import (
     LookupOperation,
     LookupResult,
     Problem,
-    exception_evidence,
-    parse_retry_after,
     to_problem,
 )
+from writesafe.reconciler._classify import exception_evidence
+from writesafe.reconciler._retry_after import parse_retry_after
 
 if TYPE_CHECKING:
     from writesafe.idempotency._writesafe import WriteSafe

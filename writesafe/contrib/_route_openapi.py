@@ -18,7 +18,8 @@ from fastapi.routing import APIRoute
 
 from writesafe.idempotency._header import HEADER
 from writesafe.idempotency._keys import MAX_KEY_LENGTH
-from writesafe.reconciler import PROBLEM_MEDIA_TYPE, ProblemBody
+from writesafe.reconciler import PROBLEM_MEDIA_TYPE
+from writesafe.reconciler._problem import ProblemBody
 
 GUARDED = "__writesafe_key_required__"
 """Set on a guarded endpoint: whether its route requires the header (see `idempotent_route`)."""

@@ -14,7 +14,7 @@ from starlette.exceptions import HTTPException
 
 from writesafe.idempotency import WriteSafe, WriteSafeError
 from writesafe.ledger import ApiKeys, LedgerNotMigrated
-from writesafe.reconciler import KEY_STORE, LEDGER
+from writesafe.reconciler._causes import KEY_STORE, LEDGER
 from writesafe.service._auth import Authenticator, require_admin, require_operator
 from writesafe.service._console import console_router
 from writesafe.service._context import ServiceContext

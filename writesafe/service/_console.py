@@ -25,7 +25,8 @@ from starlette.datastructures import FormData
 from starlette.responses import HTMLResponse, RedirectResponse, Response
 
 from writesafe.ledger import Status
-from writesafe.reconciler import RESOLVABLE, ErrorEnvelope, OperationSummary
+from writesafe.reconciler import ErrorEnvelope, OperationSummary
+from writesafe.reconciler._resolve import RESOLVABLE
 from writesafe.service._auth import Principal
 from writesafe.service._console_chart import first_hour, hourly_chart
 from writesafe.service._console_session import (

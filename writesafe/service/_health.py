@@ -12,7 +12,7 @@ from fastapi.responses import JSONResponse
 from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, generate_latest
 
 from writesafe.ledger import LedgerNotMigrated
-from writesafe.reconciler import KEY_STORE, LEDGER
+from writesafe.reconciler._causes import KEY_STORE, LEDGER
 from writesafe.service._auth import Principal
 from writesafe.service._context import ServiceContext
 from writesafe.service._metrics import refresh_pending
