@@ -10,10 +10,10 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import httpx
 import pytest
@@ -37,8 +37,15 @@ class Answer:
         return body
 
 
-Post = Callable[[str, dict[str, Any] | bytes, str | None], Answer]
-"""Posts a body as JSON: a dict encoded, bytes as they are (Content-Type: application/json)."""
+JSON = "application/json"
+
+
+class Post(Protocol):
+    """Posts a body: a dict as JSON, bytes as they are, with `content_type`."""
+
+    def __call__(
+        self, path: str, body: dict[str, Any] | bytes, key: str | None, content_type: str = JSON
+    ) -> Answer: ...
 
 
 @dataclass
@@ -65,9 +72,11 @@ def flask_client(work: Path) -> tuple[Post, WriteSafe]:
     app = wsgi_shops.flask_app(work)
     client = app.test_client()
 
-    def post(path: str, body: dict[str, Any] | bytes, key: str | None) -> Answer:
+    def post(
+        path: str, body: dict[str, Any] | bytes, key: str | None, content_type: str = JSON
+    ) -> Answer:
         response = client.post(
-            path, data=_json(body), content_type="application/json", headers=_headers(key)
+            path, data=_json(body), content_type=content_type, headers=_headers(key)
         )
         headers = {name.lower(): value for name, value in response.headers.items()}
         return Answer(response.status_code, headers, response.get_data())
@@ -82,9 +91,11 @@ def django_client(work: Path, *, middleware: bool = False) -> tuple[Post, WriteS
 
     client = Client()
 
-    def post(path: str, body: dict[str, Any] | bytes, key: str | None) -> Answer:
+    def post(
+        path: str, body: dict[str, Any] | bytes, key: str | None, content_type: str = JSON
+    ) -> Answer:
         response = client.post(
-            f"/{path.lstrip('/')}", _json(body), "application/json", headers=_headers(key)
+            f"/{path.lstrip('/')}", _json(body), content_type, headers=_headers(key)
         )
         headers = {name.lower(): value for name, value in response.headers.items()}
         return Answer(response.status_code, headers, response.content)
@@ -129,8 +140,10 @@ def gunicorn(framework: str, work: Path) -> Iterator[Post]:
                     assert time.monotonic() < deadline, "gunicorn did not start"
                     time.sleep(0.1)
 
-            def post(path: str, body: dict[str, Any] | bytes, key: str | None) -> Answer:
-                headers = {**_headers(key), "Content-Type": "application/json"}
+            def post(
+                path: str, body: dict[str, Any] | bytes, key: str | None, content_type: str = JSON
+            ) -> Answer:
+                headers = {**_headers(key), "Content-Type": content_type}
                 response = client.post(path, content=_json(body), headers=headers)
                 return Answer(response.status_code, dict(response.headers), response.content)
 
@@ -221,6 +234,19 @@ def test_malformed_json_is_400_before_any_operation_exists(shop: Shop) -> None:
     fixed = shop.post("/orders", {"sku": "A1"}, "malformed-1")
     assert (fixed.status, REPLAYED_HEADER.lower() in fixed.headers) == (201, False)
     assert shop.effects("malformed-1") == 1
+
+
+def test_a_body_the_view_cannot_parse_is_a_client_error_whatever_its_type(shop: Shop) -> None:
+    """Sent as text, the body reaches the view, whose parse fails: a refusal with no effect (Flask
+    refuses the type itself, 415), never UNKNOWN_ERROR; the corrected request may reuse the key."""
+    bad = shop.post("/orders", b'{"sku": "A1",', "unreadable-1", "text/plain")
+
+    assert bad.status in (400, 415)
+    problem = bad.problem()
+    assert (problem["code"], problem["side_effects"]) == ("INPUT_INVALID", "none")
+    fixed = shop.post("/orders", {"sku": "A1"}, "unreadable-1")
+    assert fixed.status == 201
+    assert shop.effects("unreadable-1") == 1
 
 
 def test_a_views_own_400_keeps_its_status_and_replays_so(shop: Shop) -> None:

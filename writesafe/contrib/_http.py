@@ -197,7 +197,11 @@ class RefusalAdapter:
         self._refusal = refusal
 
     def classify(self, error: BaseException, codes: CodeRegistry) -> Classification:
-        refusal = self._refusal(error)
+        refusal = (
+            Refusal(MALFORMED_BODY_STATUS, str(error))
+            if isinstance(error, UnreadableBody)
+            else self._refusal(error)
+        )
         if refusal is None or not (400 <= refusal.status < 500 or refusal.status == 503):
             return self.inner.classify(error, codes)
         code = _REFUSALS.get(refusal.status, Code.INPUT_INVALID)
@@ -273,6 +277,26 @@ Respond = Callable[[], StoredResponse]
 _pending: ContextVar[Respond | None] = ContextVar("writesafe_pending_view", default=None)
 
 
+class UnreadableBody(Exception):
+    """A guarded view failed to parse its own request's body as JSON (`reading`): the client's
+    mistake, made before the view could act on anything, so a 400 refusal and not UNKNOWN_ERROR."""
+
+
+def reading(respond: Respond, raw_body: bytes) -> Respond:
+    """`respond`, with a `JSONDecodeError` over the request's own body (its `doc` is that body)
+    raised as `UnreadableBody`; one over anything else (a downstream's answer) stays as it is."""
+
+    def run() -> StoredResponse:
+        try:
+            return respond()
+        except json.JSONDecodeError as error:
+            if error.doc != raw_body.decode("utf-8", "replace"):
+                raise
+            raise UnreadableBody("the body is not valid JSON") from error
+
+    return run
+
+
 def _run_view(request: dict[str, Any]) -> StoredResponse:
     """The write of every guarded sync view: the view call its request left in this context.
 
@@ -340,7 +364,7 @@ class GuardedView:
         malformed = malformed_json(content_type, raw_body)
         if malformed is not None:
             return malformed
-        token = _pending.set(respond)
+        token = _pending.set(reading(respond, raw_body))
         try:
             invocation = self.tool.invoke((payload(),), {}, key=key, scope=scope)
         except WriteSafeError as error:
