@@ -44,11 +44,9 @@ class Archives:
 def archives(tmp_path_factory: pytest.TempPathFactory) -> Archives:
     """`python -m build`: the sdist, then the wheel built from that sdist (as an index would)."""
     out = tmp_path_factory.mktemp("dist")
-    subprocess.run(
-        [sys.executable, "-m", "build", "--outdir", str(out), str(ROOT)],
-        check=True,
-        capture_output=True,
-    )
+    command = [sys.executable, "-m", "build", "--outdir", str(out), str(ROOT)]
+    built = subprocess.run(command, capture_output=True, text=True, check=False)
+    assert built.returncode == 0, built.stdout + built.stderr
     return Archives(wheel=next(out.glob("*.whl")), sdist=next(out.glob("*.tar.gz")))
 
 
@@ -74,7 +72,9 @@ def installed(
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
     archive = getattr(archives, request.param)
     pip = [sys.executable, "-m", "pip", "--python", str(venv / "bin" / "python")]
-    subprocess.run([*pip, "install", "--quiet", str(archive)], check=True, capture_output=True)
+    install = [*pip, "install", "--quiet", str(archive)]
+    done = subprocess.run(install, capture_output=True, text=True, check=False)
+    assert done.returncode == 0, done.stdout + done.stderr
     return venv
 
 
