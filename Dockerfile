@@ -22,9 +22,9 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
     PIP_NO_CACHE_DIR=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1
 
-# Root installs the wheel and owns every file: the runtime user reads the code, cannot change it.
+# Root installs the wheel with the service's extra and owns every file: the runtime user reads the code, cannot change it.
 COPY --from=build /dist/*.whl /tmp/
-RUN pip install /tmp/*.whl \
+RUN pip install "$(echo /tmp/*.whl)[service]" \
     && rm /tmp/*.whl \
     && useradd --system --no-create-home --home-dir /nonexistent --shell /usr/sbin/nologin writesafe
 COPY --from=build /app /app

@@ -2,8 +2,9 @@
 
 Every module imports the packages by their installed names (`writesafe.ledger`, never bare `ledger`:
 other distributions on PyPI own the bare names). The entry floor, `writesafe/` (the public face, the
-CLI and the service), may import all three; `idempotency` must not import the floor (the public
-face imports it: that would be a cycle).
+CLI, the service and the framework integrations in `writesafe.contrib`), may import all three;
+`idempotency` must not import the floor (the public face imports it: that would be a cycle). The
+integrations run inside the user's app: they import the core, never the CLI or the service.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ FORBIDDEN = {
     "reconciler": {"idempotency", "entry"},
     "idempotency": {"entry"},
 }
+ENTRY_CLI, ENTRY_SERVICE = ["writesafe", "cli"], ["writesafe", "service"]
 SKIPPED = {"build", "dist", "__pycache__", "node_modules"}  # and hidden ones: .git, .venv*
 
 
@@ -76,6 +78,16 @@ def test_imports_point_downward(package: str) -> None:
             m for m in imported_modules(path) if layer(m) in FORBIDDEN[package]
         )
         for path in python_files(ROOT / package)
+    }
+    assert {path: found for path, found in offenders.items() if found} == {}
+
+
+def test_the_integrations_import_neither_the_cli_nor_the_service() -> None:
+    offenders = {
+        str(path.relative_to(ROOT)): sorted(
+            m for m in imported_modules(path) if m.split(".")[:2] in (ENTRY_CLI, ENTRY_SERVICE)
+        )
+        for path in python_files(ROOT / "writesafe" / "contrib")
     }
     assert {path: found for path, found in offenders.items() if found} == {}
 

@@ -66,13 +66,14 @@ def test_every_file_under_writesafe_ships_in_the_wheel_and_the_sdist(archives: A
 def installed(
     request: pytest.FixtureRequest, archives: Archives, tmp_path_factory: pytest.TempPathFactory
 ) -> Path:
-    """A fresh venv outside the checkout with the archive and its dependencies (pip's cache
-    makes that quick); the checkout's own pip installs into it."""
+    """A fresh venv outside the checkout with the archive, its service extra (the test serves the
+    console) and their dependencies (pip's cache makes that quick); the checkout's own pip installs
+    into it. The core alone is tests/test_lean_core.py's."""
     venv = tmp_path_factory.mktemp(f"venv-{request.param}")
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
     archive = getattr(archives, request.param)
     pip = [sys.executable, "-m", "pip", "--python", str(venv / "bin" / "python")]
-    install = [*pip, "install", "--quiet", str(archive)]
+    install = [*pip, "install", "--quiet", f"{archive}[service]"]
     done = subprocess.run(install, capture_output=True, text=True, check=False)
     assert done.returncode == 0, done.stdout + done.stderr
     return venv

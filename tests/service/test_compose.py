@@ -305,7 +305,8 @@ def test_the_image_runs_the_console_script() -> None:
     # wheel), not the checkout.
     assert re.search(r"^FROM \S+ AS build$", dockerfile, re.MULTILINE)
     assert re.search(r"python -m build --outdir /dist", dockerfile)
-    assert re.search(r"^RUN pip install /tmp/\*\.whl", dockerfile, re.MULTILINE)
+    wheel_with_service = r'^RUN pip install "\$\(echo /tmp/\*\.whl\)\[service\]"'  # serve's extra
+    assert re.search(wheel_with_service, dockerfile, re.MULTILINE)
     assert re.search(r"^USER (?!root)\w+", dockerfile, re.MULTILINE)
 
 
