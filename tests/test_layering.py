@@ -30,17 +30,15 @@ SKIPPED = {"build", "dist", "__pycache__", "node_modules"}  # and hidden ones: .
 
 
 def python_files(directory: Path) -> list[Path]:
-    """The .py files under `directory`, not through the links in writesafe/ to the packages."""
+    """The .py files under `directory`; os.walk does not follow the links in writesafe/ to the
+    packages, so each module is read once, at its own path."""
     found = []
     for base, dirnames, filenames in os.walk(directory):
         here = Path(base)
         dirnames[:] = [
             d
             for d in dirnames
-            if d not in SKIPPED
-            and not d.startswith(".")
-            and not d.endswith(".egg-info")
-            and not (here / d).is_symlink()
+            if d not in SKIPPED and not d.startswith(".") and not d.endswith(".egg-info")
         ]
         found.extend(here / f for f in filenames if f.endswith(".py"))
     return sorted(found)
