@@ -93,13 +93,22 @@ def test_an_integration_without_its_extra_says_which_to_install(module: str, ext
     ]
 
 
-def test_serve_without_the_service_extra_is_one_line_and_exit_2() -> None:
+@pytest.mark.parametrize(
+    ("command", "needs"),
+    [
+        (["serve", "app:ws"], "writesafe serve"),
+        (["keys", "create", "--scope", "ops", "--name", "ci"], "writesafe.service"),
+    ],
+)
+def test_a_service_command_without_its_extra_is_one_line_and_exit_2(
+    command: list[str], needs: str
+) -> None:
     ran = without_extras(
-        "from writesafe.cli import main; sys.argv = ['writesafe', 'serve', 'app:ws']; main()"
+        f"from writesafe.cli import main; sys.argv = ['writesafe', *{command!r}]; main()"
     )
     assert ran.returncode == 2
     assert ran.stderr.strip().splitlines() == [
-        "error: writesafe serve needs the 'service' extra: pip install 'writesafe[service]'"
+        f"error: {needs} needs the 'service' extra: pip install 'writesafe[service]'"
     ]
 
 
