@@ -74,7 +74,7 @@ async def _seed(ws: WriteSafe, keys: int) -> list[str]:
         return {"order": n}
 
     for n in range(_OPERATIONS):
-        await order(n, idempotency_key=f"op-{n}", scope=_SCOPE)
+        await order.key(f"op-{n}", scope=_SCOPE)(n)
     store = ApiKeys(ws.ledger.engine)
     return [
         (await create_api_key(store, scope=_SCOPE, role=Role.READER, name=f"bench-{n}"))[1]

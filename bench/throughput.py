@@ -82,11 +82,11 @@ async def _guard_job(job: Job, barrier: Barrier) -> int:
     tool = ws.tool("bench_submit")(bare_write)
     try:
         await ws.start()
-        await tool(ORDER, idempotency_key=f"{job.tag}-warm")
+        await tool.key(f"{job.tag}-warm")(ORDER)
         barrier.wait()
 
         async def one(key: str) -> None:
-            await tool(ORDER, idempotency_key=key)
+            await tool.key(key)(ORDER)
 
         return await _loop(job, one)
     finally:

@@ -44,7 +44,7 @@ from writesafe.idempotency._context import (
 )
 from writesafe.idempotency._errors import WriteSafeError
 from writesafe.idempotency._keys import DEFAULT_SCOPE
-from writesafe.idempotency._tool import Invocation, Tool
+from writesafe.idempotency._tool import CallOptions, Invocation, P, Tool, split_options
 from writesafe.reconciler import LookupOperation, LookupResult, OperationStatus, ReconcileReport
 from writesafe.reconciler._resolve import Resolution
 
@@ -363,11 +363,11 @@ class SyncWriteSafe:
             thread.close()
 
 
-class SyncTool(Generic[R]):
-    """A guarded plain `def` write: call it like the function, plus `idempotency_key=`,
-    `scope=` and `auth_context=`; it blocks and returns the result, or raises `WriteSafeError`."""
+class SyncTool(Generic[R, P]):
+    """A guarded plain `def` write: `tool.key("ord-7", scope="tenant-a")(order)` blocks and
+    returns the result, or raises `WriteSafeError`. Typed as `Tool` is (see there)."""
 
-    def __init__(self, tool: Tool[R], facade: SyncWriteSafe, function: Callable[..., R]) -> None:
+    def __init__(self, tool: Tool[R, P], facade: SyncWriteSafe, function: Callable[P, R]) -> None:
         self.tool = tool  # the async face: what `ws.tools` and the async integrations take
         self._facade = facade
         functools.update_wrapper(self, function)
@@ -376,16 +376,25 @@ class SyncTool(Generic[R]):
     def name(self) -> str:
         return self.tool.name
 
-    def __call__(
+    def key(
         self,
-        *args: Any,
-        idempotency_key: str | None = None,
+        key: str | None = None,
+        /,
+        *,
         scope: str = DEFAULT_SCOPE,
         auth_context: object = None,
-        **kwargs: Any,
-    ) -> R:
+    ) -> KeyedSyncTool[R, P]:
+        """This tool under `key` in `scope` (`Tool.key`); call what it returns."""
+        return KeyedSyncTool(self, CallOptions(key, scope, auth_context))
+
+    def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R:
+        options, rest = split_options(self.tool.spec, kwargs)
+        return self.call(options, args, rest)
+
+    def call(self, options: CallOptions, args: tuple[Any, ...], kwargs: dict[str, Any]) -> R:
+        """Run one call with the function's own keyword arguments in `kwargs`."""
         return self.invoke(
-            args, kwargs, key=idempotency_key, scope=scope, auth_context=auth_context
+            args, kwargs, key=options.key, scope=options.scope, auth_context=options.auth_context
         ).value
 
     def invoke(
@@ -413,3 +422,17 @@ class SyncTool(Generic[R]):
         if look is not None and look.answer is not None:
             return Invocation(look.answer.value, True, call.key)
         return loop_thread.run(lambda: self.tool.run(call, through=twin, look=look))
+
+
+class KeyedSyncTool(Generic[R, P]):
+    """A sync tool with its key, scope and auth context chosen (`SyncTool.key`)."""
+
+    __slots__ = ("_options", "_tool")
+
+    def __init__(self, tool: SyncTool[R, P], options: CallOptions) -> None:
+        self._tool = tool
+        self._options = options
+
+    def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R:
+        options, rest = split_options(self._tool.tool.spec, kwargs, self._options)
+        return self._tool.call(options, args, rest)

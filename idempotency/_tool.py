@@ -1,4 +1,4 @@
-"""A guarded tool: the user's async write, callable with an idempotency key."""
+"""A guarded tool: the user's async write, called with its own arguments after a key."""
 
 from __future__ import annotations
 
@@ -6,7 +6,15 @@ import functools
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
-from writesafe.idempotency._arguments import auth_hash, bind, derive_key, fingerprint
+from typing_extensions import ParamSpec
+
+from writesafe.idempotency._arguments import (
+    KEY_PARAMETER,
+    auth_hash,
+    bind,
+    derive_key,
+    fingerprint,
+)
 from writesafe.idempotency._errors import invalid_input
 from writesafe.idempotency._keys import DEFAULT_SCOPE, validate_key
 from writesafe.idempotency._spec import GuardedCall, ToolSpec
@@ -16,8 +24,45 @@ if TYPE_CHECKING:
     from writesafe.idempotency._writesafe import WriteSafe
 
 R = TypeVar("R")
+# The wrapped function's parameters. Its default, `...` (any call), keeps `Tool[R]` meaning
+# what it did before tools kept their parameters: a tool of any signature returning R.
+P = ParamSpec("P", default=...)
 
 DERIVED_KEY_PREFIX = "call:"
+
+
+@dataclass(frozen=True, slots=True)
+class CallOptions:
+    """What the guard takes besides the function's arguments: the key (None: the tool's `key=`
+    function, or none for a read-only tool), the scope, and the caller's auth context."""
+
+    key: str | None = None
+    scope: str = DEFAULT_SCOPE
+    auth_context: object = None
+
+
+def split_options(
+    spec: ToolSpec, kwargs: dict[str, Any], options: CallOptions | None = None
+) -> tuple[CallOptions, dict[str, Any]]:
+    """The guard's options and the function's own keyword arguments of one call.
+
+    A function that declares `idempotency_key` takes its key as that argument, so the type
+    checker sees it there. Without `options` (a call with no `.key(...)` before it), the
+    keywords of the call form before `.key` (`idempotency_key=`, `scope=`, `auth_context=`)
+    are still taken at run time, where the function has no parameter of that name; the type
+    checker, seeing only the function's parameters, rejects them.
+    """
+    rest = dict(kwargs)
+    passed = rest.pop(KEY_PARAMETER, None)
+    if options is None:
+        named = spec.signature.parameters
+        scope = DEFAULT_SCOPE if "scope" in named else rest.pop("scope", DEFAULT_SCOPE)
+        auth_context = None if "auth_context" in named else rest.pop("auth_context", None)
+        return CallOptions(passed, scope, auth_context), rest
+    if passed is not None and options.key is not None and passed != options.key:
+        raise invalid_input(KEY_PARAMETER, "the key is given twice, with two values")
+    key = options.key if options.key is not None else passed
+    return CallOptions(key, options.scope, options.auth_context), rest
 
 
 @dataclass(frozen=True, slots=True)
@@ -30,8 +75,15 @@ class Invocation(Generic[R]):
     key: str
 
 
-class Tool(Generic[R]):
-    """Call it like the wrapped function, plus `idempotency_key=`, `scope=` and `auth_context=`."""
+class Tool(Generic[R, P]):
+    """A guarded `async def`: `await tool.key("ord-7", scope="tenant-a")(order)`.
+
+    The key comes first, in `.key(...)`, and the call after it takes exactly the function's
+    parameters, so a type checker checks the payload against them and a misspelt option is an
+    error of `.key`. (PEP 612 cannot add keyword parameters to a function's own, so the key
+    cannot be one more keyword of the call and stay typed.) A tool with a `key=` function, or a
+    read-only one, is called directly: `await tool(order)`.
+    """
 
     def __init__(self, owner: WriteSafe, spec: ToolSpec) -> None:
         self._owner = owner
@@ -42,16 +94,26 @@ class Tool(Generic[R]):
     def name(self) -> str:
         return self.spec.name
 
-    async def __call__(
+    def key(
         self,
-        *args: Any,
-        idempotency_key: str | None = None,
+        key: str | None = None,
+        /,
+        *,
         scope: str = DEFAULT_SCOPE,
         auth_context: object = None,
-        **kwargs: Any,
-    ) -> R:
+    ) -> KeyedTool[R, P]:
+        """This tool under `key` in `scope`; `auth_context` (e.g. the caller's token) must match
+        on a replay. Call what it returns with the function's arguments."""
+        return KeyedTool(self, CallOptions(key, scope, auth_context))
+
+    async def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R:
+        options, rest = split_options(self.spec, kwargs)
+        return await self.call(options, args, rest)
+
+    async def call(self, options: CallOptions, args: tuple[Any, ...], kwargs: dict[str, Any]) -> R:
+        """Run one call with the function's own keyword arguments in `kwargs`."""
         guard = await self._owner.guard()
-        call = self.prepare(args, kwargs, idempotency_key, scope, auth_context)
+        call = self.prepare(args, kwargs, options.key, options.scope, options.auth_context)
         result: R
         result, _ = await guard.run(call)
         return result
@@ -102,7 +164,10 @@ class Tool(Generic[R]):
         `key_from_arguments`, or for a read-only tool, which needs none) `call:` + the fingerprint
         of the tool name and canonical arguments.
         """
-        bound = bind(self.spec.signature, args, kwargs, self.spec.plain_parameters)
+        try:
+            bound = bind(self.spec.signature, args, kwargs, self.spec.plain_parameters)
+        except TypeError as error:  # a missing or unexpected argument, named by the message
+            raise invalid_input("arguments", f"{self.name}: {error}") from None
         digest = fingerprint(self.spec.name, bound.arguments_json)
         key: object = idempotency_key
         if key is None and self.spec.key_function is not None:
@@ -122,3 +187,19 @@ class Tool(Generic[R]):
             fingerprint=digest,
             auth_hash=auth_hash(auth_context),
         )
+
+
+class KeyedTool(Generic[R, P]):
+    """A tool with its key, scope and auth context chosen (`Tool.key`): await a call of it with
+    the function's arguments. It holds no state of a call, so it may be called again (the same
+    key: a replay, or the check that the arguments are the same)."""
+
+    __slots__ = ("_options", "_tool")
+
+    def __init__(self, tool: Tool[R, P], options: CallOptions) -> None:
+        self._tool = tool
+        self._options = options
+
+    async def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R:
+        options, rest = split_options(self._tool.spec, kwargs, self._options)
+        return await self._tool.call(options, args, rest)

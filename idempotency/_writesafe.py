@@ -6,7 +6,7 @@ import asyncio
 import inspect
 from collections.abc import Callable, Coroutine, Mapping
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, Protocol, TypeVar, cast, overload
+from typing import TYPE_CHECKING, Any, ParamSpec, Protocol, TypeVar, cast, overload
 
 from pydantic import ValidationError
 
@@ -50,6 +50,7 @@ if TYPE_CHECKING:
 MAX_REASON_LENGTH = 4_096
 
 R = TypeVar("R")
+P = ParamSpec("P")  # a registered function's parameters, which its tool keeps
 
 
 class ToolDecorator(Protocol):
@@ -59,10 +60,10 @@ class ToolDecorator(Protocol):
     # An async def matches both; the first, narrower one wins (as typeshed's overloads do).
     @overload
     def __call__(  # type: ignore[overload-overlap]
-        self, function: Callable[..., Coroutine[Any, Any, R]], /
-    ) -> Tool[R]: ...
+        self, function: Callable[P, Coroutine[Any, Any, R]], /
+    ) -> Tool[R, P]: ...
     @overload
-    def __call__(self, function: Callable[..., R], /) -> SyncTool[R]: ...
+    def __call__(self, function: Callable[P, R], /) -> SyncTool[R, P]: ...
 
 
 def _key_store(settings: WriteSafeSettings) -> RedisKeyStore:
@@ -197,10 +198,10 @@ class WriteSafe:
 
         @overload
         def register(  # type: ignore[overload-overlap]
-            function: Callable[..., Coroutine[Any, Any, R]], /
-        ) -> Tool[R]: ...
+            function: Callable[P, Coroutine[Any, Any, R]], /
+        ) -> Tool[R, P]: ...
         @overload
-        def register(function: Callable[..., R], /) -> SyncTool[R]: ...
+        def register(function: Callable[P, R], /) -> SyncTool[R, P]: ...
         def register(function: Callable[..., Any], /) -> Tool[Any] | SyncTool[Any]:
             is_async = inspect.iscoroutinefunction(function)
             signature = inspect.signature(function)

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
+from datetime import UTC, timedelta
 
+from rich import box
 from rich.console import Console
 from rich.table import Table
 from rich.text import Text
@@ -19,6 +21,7 @@ from writesafe.cli._options import (
 )
 from writesafe.cli._runner import run
 from writesafe.idempotency import OperationStatus
+from writesafe.reconciler import AttemptView
 
 
 def status(
@@ -56,18 +59,50 @@ def _summary(found: OperationStatus) -> Table:
 
 
 def _attempts(found: OperationStatus) -> Table:
-    table = Table(title="attempts")
-    for column in ("kind", "execution", "outcome", "code", "by", "reason", "started", "finished"):
-        table.add_column(column)
-    for attempt in found.attempts:
+    """One row per attempt, readable at 80 columns: the outcome and its code share a column and
+    wrap at the space between them, a time shows its date only when the day changes, and the
+    who-and-why column (an operator's resolution, a lookup's caller) wraps by words."""
+    notes = [_note(attempt) for attempt in found.attempts]
+    table = Table(
+        title="attempts (UTC)", box=box.SIMPLE_HEAD, pad_edge=False, collapse_padding=True
+    )
+    table.add_column("kind", no_wrap=True)
+    table.add_column("exec", justify="right", no_wrap=True)
+    table.add_column("outcome")
+    table.add_column("started", min_width=len("00:00:00.000"))
+    table.add_column("took", justify="right", no_wrap=True)
+    if any(notes):
+        table.add_column("by: reason")
+    day = None
+    for attempt, note in zip(found.attempts, notes, strict=True):
+        started = attempt.started_at.astimezone(UTC)
+        time = started.strftime("%H:%M:%S.") + f"{started.microsecond // 1000:03d}"
+        at = time if started.date() == day else f"{started.date().isoformat()} {time}"
+        day = started.date()
+        outcome = " ".join(part for part in (attempt.outcome, attempt.code) if part)
+        took = "" if attempt.finished_at is None else _duration(attempt.finished_at - started)
         table.add_row(
             attempt.kind.value,
             str(attempt.execution or ""),
-            attempt.outcome or "",
-            attempt.code or "",
-            attempt.actor or "",  # an operator's resolution: who, and why
-            attempt.reason or "",
-            attempt.started_at.isoformat(timespec="milliseconds"),
-            attempt.finished_at.isoformat(timespec="milliseconds") if attempt.finished_at else "",
+            outcome,
+            at,
+            took,
+            *([note] if any(notes) else []),
         )
     return table
+
+
+def _note(attempt: AttemptView) -> str:
+    """Who acted and why: an operator's name and reason, or the caller of a lookup."""
+    return ": ".join(part for part in (attempt.actor, attempt.reason) if part)
+
+
+def _duration(took: timedelta) -> str:
+    """`12ms`, `1.25s`, `3m02s`: short enough for the table's narrowest column."""
+    seconds = took.total_seconds()
+    if seconds < 1:
+        return f"{round(seconds * 1000)}ms"
+    if seconds < 60:
+        return f"{seconds:.2f}s"
+    minutes, rest = divmod(round(seconds), 60)
+    return f"{minutes}m{rest:02d}s"
