@@ -1,6 +1,10 @@
 """Throughput: guarded first executions per second with 1, 8 and 64 keys in flight.
 
     python -m bench.throughput [--seconds 3] [--backend pg+redis|pg|embedded] [--json]
+    python -m bench.throughput --peers [--rounds 3] [--seconds 3] [--json]
+
+`--peers` measures writesafe on every backend against agent-once and DBOS instead
+(`bench/throughput_peers.py`).
 
 Each configuration keeps C distinct keys in flight at all times (C coroutines, each calling the
 guarded write with a fresh key as soon as its previous call returns), either in one process or
@@ -28,6 +32,7 @@ from redis.asyncio import ConnectionPool
 from rich.console import Console
 from rich.table import Table
 
+from bench import throughput_peers
 from bench._cli import run_and_report
 from bench._setup import asyncpg_dsn, isolated
 from bench.guard import ORDER, bare_write
@@ -250,11 +255,23 @@ def _print(report: dict[str, Any]) -> None:
     Console().print(table)
 
 
+async def _run(args: argparse.Namespace) -> dict[str, Any]:
+    if args.peers:
+        return await throughput_peers.run(args)
+    return await _isolated_run(args)
+
+
+def _show(report: dict[str, Any]) -> None:
+    (throughput_peers.show if "layouts" in report else _print)(report)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seconds", type=float, default=3.0)
     parser.add_argument("--backend", choices=["pg+redis", "pg", "embedded"], default="pg+redis")
-    run_and_report(parser, _isolated_run, _print)
+    parser.add_argument("--peers", action="store_true", help="every backend against the peers")
+    parser.add_argument("--rounds", type=int, default=3, help="interleaved rounds of --peers")
+    run_and_report(parser, _run, _show)
 
 
 if __name__ == "__main__":

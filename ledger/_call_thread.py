@@ -18,7 +18,8 @@ from typing import Any, TypeVar
 
 T = TypeVar("T")
 
-_Call = tuple[asyncio.AbstractEventLoop, "asyncio.Future[Any]", Callable[[], Any]]
+# A call and the future of the loop awaiting it; a posted call has none.
+_Call = tuple[asyncio.AbstractEventLoop | None, "asyncio.Future[Any] | None", Callable[[], Any]]
 
 
 class CallThread:
@@ -35,11 +36,19 @@ class CallThread:
 
     async def run(self, call: Callable[[], T]) -> T:
         """`call()` on the thread; its result or its exception."""
+        return await _hand(self._started(), call)
+
+    def post(self, call: Callable[[], None]) -> None:
+        """Queue `call()` on the thread, in turn with the others, with nobody awaiting it: it
+        answers its callers itself (a group commit's drain) and must raise nothing."""
+        self._started().put((None, None, call))
+
+    def _started(self) -> queue.SimpleQueue[_Call | None]:
         calls = self._calls
         if calls is None:
             calls = self._calls = queue.SimpleQueue()
             threading.Thread(target=_serve, args=(calls,), name=self._name, daemon=True).start()
-        return await _hand(calls, call)
+        return calls
 
     async def stop(self, last: Callable[[], None]) -> None:
         """Run `last` after the calls handed to the thread so far, then end the thread; the next
@@ -61,17 +70,31 @@ def _hand(calls: queue.SimpleQueue[_Call | None], call: Callable[[], T]) -> asyn
 def _serve(calls: queue.SimpleQueue[_Call | None]) -> None:
     while (item := calls.get()) is not None:
         loop, future, call = item
+        if loop is None or future is None:
+            call()
+            continue
         if future.cancelled():  # a read of its state, which the loop's thread alone writes
             continue
         try:
             result, error = call(), None
         except BaseException as raised:
             result, error = None, raised
-        with contextlib.suppress(RuntimeError):  # the caller's loop has closed meanwhile
-            loop.call_soon_threadsafe(_settle, future, result, error)
+        answer(loop, future, result, error)
 
 
-def _settle(future: asyncio.Future[Any], result: Any, error: BaseException | None) -> None:
+def answer(
+    loop: asyncio.AbstractEventLoop,
+    future: asyncio.Future[Any],
+    result: Any,
+    error: BaseException | None,
+) -> None:
+    """Settle `future` with `result` or `error` on its loop's thread, the only one that may."""
+    with contextlib.suppress(RuntimeError):  # the caller's loop has closed meanwhile
+        loop.call_soon_threadsafe(settle, future, result, error)
+
+
+def settle(future: asyncio.Future[Any], result: Any, error: BaseException | None) -> None:
+    """On the future's loop: set its result or error, unless its caller was cancelled."""
     if future.cancelled():
         return
     if error is None:

@@ -5,7 +5,9 @@ SQLAlchemy's async layer around each: a claim took 3.2 ms here, and takes 0.7 ms
 call (docs/performance.md). So the writer runs each write whole, on a blocking `sqlite3`
 connection to the same file configured as the async engine's (WAL, `synchronous=FULL`,
 `BEGIN IMMEDIATE`), in one thread that serialises the process's writes as SQLite's write lock
-would anyway. Its statements are compiled once by SQLAlchemy from the table definitions and run
+would anyway. The guarded writes that queue while the thread is busy share one transaction and
+one commit (group commit, `ledger/_group_commit.py`): the fsync that is most of a commit's cost is
+paid once per group, not once per write; a lone write commits alone at once. Its statements are compiled once by SQLAlchemy from the table definitions and run
 on the driver directly: SQLAlchemy's execution layer cost more per statement than SQLite takes to
 run it. A claim first reads the key on the caller's thread (`peek`), which a WAL reader does
 without waiting for any writer: a key that is taken (a replay) costs neither a write nor a thread
@@ -24,6 +26,7 @@ go on.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import sqlite3
@@ -38,6 +41,7 @@ from sqlalchemy.sql.compiler import SQLCompiler
 
 from writesafe.ledger._call_thread import CallThread
 from writesafe.ledger._engine import connect_sqlite
+from writesafe.ledger._group_commit import Answer, GroupQueue, Member, answer
 from writesafe.ledger._records import AttemptKind, OperationRecord
 from writesafe.ledger._states import Status
 from writesafe.ledger._writer import (
@@ -147,6 +151,9 @@ class SqliteWriter:
         self._readers: list[sqlite3.Connection] = []
         self._claims: dict[tuple[str, ...], SqliteStatement] = {}
         self._changes: dict[tuple[tuple[str, ...], bool], SqliteStatement] = {}
+        self._queued = GroupQueue()  # the guarded writes waiting for the writer's thread
+        # Each connection's `synchronous` level as last set (see `_begin`).
+        self._levels: dict[sqlite3.Connection, str] = {}
 
     async def claim(self, row: dict[str, Any]) -> Claim | None:
         existing = self.peek(row["scope"], row["key"])
@@ -192,6 +199,7 @@ class SqliteWriter:
             reader.close()
         on_loop, self._on_loop = self._on_loop, None
         if on_loop is not None:
+            self._levels.pop(on_loop, None)
             on_loop.close()
         await self._thread.stop(self._disconnect)  # closed by the thread that opened it
 
@@ -237,13 +245,17 @@ class SqliteWriter:
         return found
 
     async def _run(self, write: Callable[[sqlite3.Cursor], T], durable: bool = True) -> T:
-        """Run `write` as one transaction in the writer's thread, or on the loop's thread where
-        `serve_blocking_callers` allows it; see `_transaction`."""
+        """Run `write` in a transaction of the writer's thread, with the writes queued with it
+        (`_commit_group`), or on the loop's thread where `serve_blocking_callers` allows it."""
         if self._alone is not None and self._alone():
             done = self._transaction_on_loop(write, durable)
             if done is not None:
                 return done[0]
-        return await self._thread.run(lambda: self._transaction(write, durable))
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[T] = loop.create_future()
+        if self._queued.add(Member(write, durable, loop, future)):
+            self._thread.post(self._drain)
+        return await future
 
     def _transaction_on_loop(
         self, write: Callable[[sqlite3.Cursor], T], durable: bool
@@ -256,7 +268,7 @@ class SqliteWriter:
                 self._on_loop.execute("PRAGMA busy_timeout=0")
             cursor = self._on_loop.cursor()
             try:
-                _begin(cursor, durable)
+                self._begin(cursor, durable)
             except sqlite3.OperationalError as error:
                 if error.sqlite_errorcode & 0xFF == sqlite3.SQLITE_BUSY:
                     return None
@@ -274,15 +286,80 @@ class SqliteWriter:
         are raised as SQLAlchemy's, like every other ledger error.
         """
         with _ledger_errors():
-            if self._connection is None:
-                self._connection = connect_sqlite(self._path)
-            cursor = self._connection.cursor()
-            _begin(cursor, durable)
+            cursor = self._cursor()
+            self._begin(cursor, durable)
             return _commit(cursor, write)
+
+    def _drain(self) -> None:
+        """Commit every write queued by now as one group; see `_commit_group`."""
+        members = self._queued.take()
+        if not members:
+            return  # every caller was cancelled before its write started
+        try:
+            with _ledger_errors():
+                answers = self._commit_group(members)
+        except BaseException as failure:  # every member is answered with it
+            answers = [(None, failure)] * len(members)
+        answer(members, answers)
+
+    def _commit_group(self, members: list[Member]) -> list[Answer]:
+        """Run every member's write in one transaction and commit it once: durable if any member
+        must be. Each caller is answered only after the commit that holds its rows (or with the
+        error that kept them out), as `_transaction` alone would answer it.
+
+        A member whose write raises is answered with its error, and the transaction rolls back
+        and runs again without it: the others are neither failed nor lost, and none of them
+        sees a row the failed write left. The members run in the order they were queued, so
+        each sees what the ones before it wrote, as it would have committed: a second claim of
+        one key in the same group finds the first's row and loses to it, as it would alone.
+        """
+        durable = any(member.durable for member in members)
+        answers: dict[int, Answer] = {}
+        running = list(range(len(members)))
+        cursor = self._cursor()
+        while running:
+            self._begin(cursor, durable)
+            results: list[tuple[int, Any]] = []
+            try:
+                for index in running:
+                    results.append((index, members[index].write(cursor)))
+            except Exception as error:  # the member's own: answered with it, the rest run again
+                _roll_back(cursor)
+                failed = running[len(results)]
+                answers[failed] = (None, _as_ledger_error(error))
+                running.remove(failed)
+                continue
+            except BaseException:
+                _roll_back(cursor)
+                raise
+            try:
+                cursor.execute("COMMIT")
+            except BaseException:
+                _roll_back(cursor)
+                raise
+            answers.update((index, (result, None)) for index, result in results)
+            break
+        return [answers[index] for index in range(len(members))]
+
+    def _cursor(self) -> sqlite3.Cursor:
+        if self._connection is None:
+            self._connection = connect_sqlite(self._path)
+        return self._connection.cursor()
+
+    def _begin(self, cursor: sqlite3.Cursor, durable: bool) -> None:
+        """BEGIN IMMEDIATE at the safety level asked for, setting it only where the connection
+        is at the other one (SQLite refuses to change it inside a transaction): a statement
+        fewer per commit wherever consecutive commits ask for the same level."""
+        level = _DURABLE if durable else _LAZY
+        if self._levels.get(cursor.connection) != level:
+            cursor.execute(level)
+            self._levels[cursor.connection] = level
+        cursor.execute("BEGIN IMMEDIATE")
 
     def _disconnect(self) -> None:
         connection, self._connection = self._connection, None
         if connection is not None:
+            self._levels.pop(connection, None)
             connection.close()
 
 
@@ -292,13 +369,23 @@ def _ledger_errors() -> Iterator[None]:
     try:
         yield
     except sqlite3.Error as error:
-        raise DBAPIError.instance(None, None, error, sqlite3.Error, dialect=_DIALECT) from error
+        raise _as_ledger_error(error) from error
 
 
-def _begin(cursor: sqlite3.Cursor, durable: bool) -> None:
-    # SQLite refuses to change the safety level inside a transaction.
-    cursor.execute(_DURABLE if durable else _LAZY)
-    cursor.execute("BEGIN IMMEDIATE")
+def _as_ledger_error(error: Exception) -> Exception:
+    """A driver error as SQLAlchemy's; any other error as it is."""
+    if not isinstance(error, sqlite3.Error):
+        return error
+    wrapped = DBAPIError.instance(None, None, error, sqlite3.Error, dialect=_DIALECT)
+    wrapped.__cause__ = error
+    return wrapped
+
+
+def _roll_back(cursor: sqlite3.Cursor) -> None:
+    """End the open transaction, if an error has not ended it already (SQLite rolls back by
+    itself on some: a full disk, an I/O error)."""
+    if cursor.connection.in_transaction:
+        cursor.execute("ROLLBACK")
 
 
 def _commit(cursor: sqlite3.Cursor, write: Callable[[sqlite3.Cursor], T]) -> T:
@@ -306,7 +393,7 @@ def _commit(cursor: sqlite3.Cursor, write: Callable[[sqlite3.Cursor], T]) -> T:
     try:
         result = write(cursor)
     except BaseException:
-        cursor.execute("ROLLBACK")
+        _roll_back(cursor)
         raise
     cursor.execute("COMMIT")
     return result
