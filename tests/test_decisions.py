@@ -60,6 +60,7 @@ from writesafe.reconciler import (
     waits_for_delay,
     write_not_started,
 )
+from writesafe.reconciler._causes import LedgerCause
 
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
 MINE, THEIRS = "owner-mine", "owner-theirs"
@@ -362,15 +363,20 @@ def test_the_refusals_name_the_operation_and_the_dependency_at_fault() -> None:
         "idempotency_key",
         operation_info(failed),
     )
-    not_started = write_not_started(CODES)
+    not_started = write_not_started(CODES, LedgerCause.UNREACHABLE)
     assert (not_started.code, not_started.cause, not_started.side_effects) == (
         Code.TEMP_UNAVAILABLE,
-        LEDGER,
+        "ledger_unreachable",
         SideEffects.NONE,
     )
-    assert ledger_lost(failed, CODES).code == Code.TEMP_UNAVAILABLE  # a failed row: no effect
-    lost = ledger_lost(unknown, CODES)
-    assert (lost.code, lost.cause, lost.retry_after_ms) == (Code.OUTCOME_UNKNOWN, LEDGER, 1_000)
+    # A failed row: no effect
+    assert ledger_lost(failed, CODES, LedgerCause.BUSY).code == Code.TEMP_UNAVAILABLE
+    lost = ledger_lost(unknown, CODES, LedgerCause.UNREACHABLE)
+    assert (lost.code, lost.cause, lost.retry_after_ms) == (
+        Code.OUTCOME_UNKNOWN,
+        "ledger_unreachable",
+        1_000,
+    )
     gone = unrecorded(unknown, CODES)
     assert (gone.code, gone.cause, gone.retry_after_ms) == (Code.OUTCOME_UNKNOWN, LEDGER, None)
     for envelope in (reused, not_started, lost, gone):
