@@ -11,6 +11,7 @@ from uuid import uuid4
 
 from sqlalchemy import Engine, event
 from sqlalchemy.engine import URL, make_url
+from sqlalchemy.exc import ArgumentError
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
 DEFAULT_DATABASE_URL = "sqlite+aiosqlite:///writesafe.db"
@@ -57,7 +58,7 @@ class PostgresUrl:
 def postgres_url(url: str | URL) -> PostgresUrl:
     """Parse a PostgreSQL ledger URL; a bad or unknown query option raises `UnsupportedDatabase`
     naming it, before any connection is made."""
-    parsed = make_url(url)
+    parsed = parse_url(url)
     if parsed.get_backend_name() != "postgresql" or parsed.get_driver_name() != "asyncpg":
         raise UnsupportedDatabase("use the async PostgreSQL driver: postgresql+asyncpg://…")
     pooler, connect = Pooler.NONE, dict[str, Any]()
@@ -79,6 +80,14 @@ def postgres_url(url: str | URL) -> PostgresUrl:
     if server_settings:
         connect["server_settings"] = server_settings
     return PostgresUrl(parsed.set(query={}), pooler, connect)
+
+
+def parse_url(url: str | URL) -> URL:
+    """`url` parsed, or `UnsupportedDatabase` saying it is not a database URL at all."""
+    try:
+        return make_url(url)
+    except ArgumentError as error:
+        raise UnsupportedDatabase(f"not a database URL: {error}") from None
 
 
 def _choice(name: str, given: str, allowed: tuple[str, ...]) -> str:
@@ -138,7 +147,7 @@ def create_engine(
     budget: ConnectionBudget | None = None,
 ) -> AsyncEngine:
     """Create the ledger's engine; `schema` (PostgreSQL only) isolates the ledger's tables."""
-    parsed = make_url(url)
+    parsed = parse_url(url)
     if parsed.get_backend_name() == "sqlite":
         if schema is not None:
             raise UnsupportedDatabase("schema= is only supported on PostgreSQL")
