@@ -113,7 +113,8 @@ def test_the_logged_detail_is_the_drivers_message_redacted() -> None:
         _pg(asyncpg.InvalidPasswordError, "refused postgresql://admin:hunter2@db.internal/ledger")
     )
     detail = ledger_failure(error).detail
-    assert detail.startswith("InvalidPasswordError: refused postgresql://")
+    assert detail.startswith("InvalidPasswordError: ")
+    assert "db.internal/ledger" in detail
     assert "hunter2" not in detail
 
 
