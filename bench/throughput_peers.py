@@ -115,7 +115,7 @@ async def _writesafe(job: Job) -> tuple[Call, Callable[[], Awaitable[None]]]:
     await ws.start()
 
     async def call(key: str) -> Any:
-        return await tool(ORDER, idempotency_key=key)
+        return await tool.key(key)(ORDER)
 
     return call, ws.close
 
@@ -160,7 +160,8 @@ async def _dbos(job: Job) -> tuple[Call, Callable[[], Awaitable[None]]]:
     step = DBOS.step()(counted_write)
 
     async def flow(order: dict[str, Any]) -> dict[str, Any]:
-        return await step(order)
+        result: dict[str, Any] = await step(order)
+        return result
 
     workflow = DBOS.workflow()(flow)
     DBOS.launch()

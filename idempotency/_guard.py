@@ -66,6 +66,7 @@ from writesafe.reconciler._decisions import (
     next_poll,
 )
 from writesafe.reconciler._failures import after_failure, cut_short, failure_outcome, not_stored
+from writesafe.reconciler._ledger_causes import ledger_failure
 from writesafe.reconciler._refusals import (
     in_progress,
     key_reused,
@@ -308,7 +309,7 @@ class Guard:
             try:
                 answer = await self._proceed(call, claim, owner, leased_at)
             except LEDGER_ERRORS as error:
-                raise self._ledger_lost(call, claim.operation) from error
+                raise self._ledger_lost(call, claim.operation, error) from error
             return answer
         finally:
             if holds_store_lease:
@@ -351,8 +352,7 @@ class Guard:
         try:
             return await attempt(lambda: self.ledger.claim(intent), _retry_claim)
         except LEDGER_ERRORS as error:
-            logger.warning("ledger unavailable before the write (%s)", type(error).__name__)
-            raise self.write_not_started() from error
+            raise self.write_not_started(error) from error
 
     def _intent(self, call: GuardedCall, owner: str) -> Intent:
         return Intent(
@@ -621,14 +621,25 @@ class Guard:
         envelope = in_progress(call.key, row, call.tool.max_executions, retry_after_ms, self.codes)
         return WriteSafeError(envelope)
 
-    def write_not_started(self) -> WriteSafeError:
-        """The ledger could not be reached before any write: nothing ran, retry later."""
-        return WriteSafeError(write_not_started(self.codes))
+    def write_not_started(self, error: BaseException) -> WriteSafeError:
+        """The ledger failed before any write: nothing ran; `error` says whether to retry."""
+        failure = ledger_failure(error)
+        logger.warning("ledger failed before the write: %s (%s)", failure.cause, failure.detail)
+        return WriteSafeError(write_not_started(self.codes, failure.cause))
 
-    def _ledger_lost(self, call: GuardedCall, operation: OperationRecord) -> WriteSafeError:
+    def _ledger_lost(
+        self, call: GuardedCall, operation: OperationRecord, error: BaseException
+    ) -> WriteSafeError:
         """The ledger failed while deciding about an existing operation; this call wrote nothing."""
-        logger.warning("ledger unavailable while deciding %s/%s", call.scope, call.key)
-        return WriteSafeError(ledger_lost(operation, self.codes))
+        failure = ledger_failure(error)
+        logger.warning(
+            "ledger failed while deciding %s/%s: %s (%s)",
+            call.scope,
+            call.key,
+            failure.cause,
+            failure.detail,
+        )
+        return WriteSafeError(ledger_lost(operation, self.codes, failure.cause))
 
     def _stored_failure(self, operation: OperationRecord) -> WriteSafeError:
         """The envelope an operation ended with, as every later caller gets it."""

@@ -21,6 +21,7 @@ from writesafe.idempotency._attempts import attempt
 from writesafe.idempotency._metrics import LEASES_LOST, executed
 from writesafe.ledger import Ledger, OperationRecord, Outcome
 from writesafe.reconciler._decisions import committed_earlier
+from writesafe.reconciler._ledger_causes import ledger_failure
 
 logger = logging.getLogger("writesafe")
 
@@ -61,11 +62,14 @@ async def record_outcome(
     try:
         recorded = await attempt(record, retrying)
     except LEDGER_ERRORS as error:
+        failure = ledger_failure(error)
         logger.error(
-            "could not record the outcome of %s/%s (%s); its lease will hand it to reconciliation",
+            "could not record the outcome of %s/%s (%s: %s); its lease will hand it to "
+            "reconciliation",
             operation.scope,
             operation.key,
-            type(error).__name__,
+            failure.cause,
+            failure.detail,
         )
         return None
     if recorded is None:

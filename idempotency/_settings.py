@@ -40,10 +40,18 @@ class WriteSafeSettings(BaseSettings):
         description="largest result JSON Redis caches; the ledger answers replays of larger ones",
     )
     connect_timeout: float = Field(default=5.0, gt=0)
+    db_max_connections: int = Field(
+        default=20,
+        ge=2,
+        description="PostgreSQL connections this process may hold, in all its pools together",
+    )
     pool_size: int = Field(
         default=10,
         ge=1,
-        description="PostgreSQL connections for the guard's writes; twice as many for the rest",
+        description="how many of db_max_connections the guard's writes may use (at most all but 1)",
+    )
+    db_idle_seconds: float = Field(
+        default=60.0, gt=0, description="seconds an unused PostgreSQL connection stays open"
     )
     reconcile_max_checks: int = Field(default=10, ge=1, description="checks before escalating")
     reconcile_backoff: float = Field(default=2.0, gt=0, description="first recheck delay (s)")

@@ -23,6 +23,7 @@ from writesafe.idempotency._sync import SyncTool, SyncWriteSafe, async_face, thr
 from writesafe.idempotency._tool import Tool
 from writesafe.idempotency._tracing import traced_reconcile
 from writesafe.ledger import Clock, Ledger, LedgerNotMigrated, canonical_json, loads_json
+from writesafe.ledger._engine import ConnectionBudget
 from writesafe.reconciler import (
     CODES,
     DEFAULT_ADAPTER,
@@ -126,7 +127,12 @@ class WriteSafe:
             schema=self.settings.db_schema,
             clock=clock,
             connect_timeout=self.settings.connect_timeout,
-            pool_size=self.settings.pool_size,
+            budget=ConnectionBudget(
+                max_connections=self.settings.db_max_connections,
+                writer=self.settings.pool_size,
+                idle_seconds=self.settings.db_idle_seconds,
+                wait_seconds=self.settings.connect_timeout,
+            ),
             lease_seconds=self.settings.lease_seconds,
         )
         self.keystore = _key_store(self.settings) if self.settings.redis_url else None
@@ -301,7 +307,7 @@ class WriteSafe:
             except LedgerNotMigrated:
                 raise
             except LEDGER_ERRORS as error:
-                raise self._guard.write_not_started() from error
+                raise self._guard.write_not_started(error) from error
         return self._guard
 
     async def close(self) -> None:

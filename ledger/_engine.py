@@ -3,10 +3,15 @@
 from __future__ import annotations
 
 import sqlite3
+from collections.abc import Mapping
+from dataclasses import dataclass
+from enum import StrEnum
 from typing import Any
+from uuid import uuid4
 
 from sqlalchemy import Engine, event
 from sqlalchemy.engine import URL, make_url
+from sqlalchemy.exc import ArgumentError
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
 DEFAULT_DATABASE_URL = "sqlite+aiosqlite:///writesafe.db"
@@ -22,7 +27,115 @@ _READ_ONLY = "writesafe_read_only"
 
 
 class UnsupportedDatabase(ValueError):
-    """The database URL names a backend the ledger does not support."""
+    """The database URL names a backend the ledger does not support, or an option it cannot take."""
+
+
+class Pooler(StrEnum):
+    """What stands between the ledger and PostgreSQL (`?pooler=` in the URL)."""
+
+    NONE = "none"
+    SESSION = "session"  # PgBouncer's session mode: a client keeps its server connection
+    # PgBouncer's transaction mode: consecutive transactions may run on different server
+    # connections, so no prepared statement may be reused beyond the one it was made for.
+    TRANSACTION = "transaction"
+
+
+# The ledger's own URL options, and the driver's, each converted to the type asyncpg takes:
+# from a URL every value is a string, which asyncpg would reject or misread.
+_SSL_MODES = ("disable", "allow", "prefer", "require", "verify-ca", "verify-full")
+_URL_OPTIONS = ("pooler", "statement_cache_size", "sslmode", "ssl", "application_name")
+
+
+@dataclass(frozen=True, slots=True)
+class PostgresUrl:
+    """A `postgresql+asyncpg://` URL split into what the server is told and what we are."""
+
+    url: URL  # without its query
+    pooler: Pooler
+    connect: Mapping[str, Any]  # `asyncpg.connect` keyword arguments from the query
+
+
+def postgres_url(url: str | URL) -> PostgresUrl:
+    """Parse a PostgreSQL ledger URL; a bad or unknown query option raises `UnsupportedDatabase`
+    naming it, before any connection is made."""
+    parsed = parse_url(url)
+    if parsed.get_backend_name() != "postgresql" or parsed.get_driver_name() != "asyncpg":
+        raise UnsupportedDatabase("use the async PostgreSQL driver: postgresql+asyncpg://…")
+    pooler, connect = Pooler.NONE, dict[str, Any]()
+    server_settings: dict[str, str] = {}
+    for name, given in parsed.query.items():
+        if not isinstance(given, str):
+            raise UnsupportedDatabase(f"database URL option {name!r} is given more than once")
+        if name == "pooler":
+            pooler = Pooler(_choice(name, given, tuple(Pooler)))
+        elif name == "statement_cache_size":
+            connect[name] = _count(name, given)
+        elif name in ("sslmode", "ssl"):
+            connect["ssl"] = _choice(name, given, _SSL_MODES)
+        elif name == "application_name":
+            server_settings[name] = given
+        else:
+            known = ", ".join(_URL_OPTIONS)
+            raise UnsupportedDatabase(f"unknown database URL option {name!r} (known: {known})")
+    if server_settings:
+        connect["server_settings"] = server_settings
+    return PostgresUrl(parsed.set(query={}), pooler, connect)
+
+
+def parse_url(url: str | URL) -> URL:
+    """`url` parsed, or `UnsupportedDatabase` saying it is not a database URL at all."""
+    try:
+        return make_url(url)
+    except ArgumentError as error:
+        raise UnsupportedDatabase(f"not a database URL: {error}") from None
+
+
+def _choice(name: str, given: str, allowed: tuple[str, ...]) -> str:
+    if given not in allowed:
+        raise UnsupportedDatabase(
+            f"database URL option {name}={given!r} is not one of {', '.join(allowed)}"
+        )
+    return given
+
+
+def _count(name: str, given: str) -> int:
+    if not given.isdigit():
+        raise UnsupportedDatabase(f"database URL option {name}={given!r} is not a whole number")
+    return int(given)
+
+
+@dataclass(frozen=True, slots=True)
+class ConnectionBudget:
+    """How many server connections a process may hold, in all its pools, and for how long an
+    unused one stays open.
+
+    The guard's writer takes `writer` of them; SQLAlchemy's pool the rest, of which it keeps at
+    most `_SQLALCHEMY_KEPT` open between uses (the others close when they are handed back).
+    A call that finds every connection of its pool in use waits up to `wait_seconds` for one,
+    then fails as "the budget is used up", not as an outage.
+    """
+
+    max_connections: int = 20
+    writer: int = 10
+    idle_seconds: float = 60.0
+    wait_seconds: float = 5.0
+
+    def __post_init__(self) -> None:
+        if self.max_connections < 2:
+            raise UnsupportedDatabase("the connection budget needs at least 2 connections")
+
+    @property
+    def writer_size(self) -> int:
+        """The writer's share: as asked, leaving at least one for SQLAlchemy's pool."""
+        return max(1, min(self.writer, self.max_connections - 1))
+
+    @property
+    def engine_size(self) -> int:
+        return self.max_connections - self.writer_size
+
+
+# SQLAlchemy's connections kept open between uses; one serves the reconciler and the reads.
+_SQLALCHEMY_KEPT = 2
 
 
 def create_engine(
@@ -31,10 +144,10 @@ def create_engine(
     schema: str | None = None,
     connect_timeout: float = 5.0,
     statement_timeout: float = _STATEMENT_TIMEOUT,
-    pool_size: int = 10,
+    budget: ConnectionBudget | None = None,
 ) -> AsyncEngine:
     """Create the ledger's engine; `schema` (PostgreSQL only) isolates the ledger's tables."""
-    parsed = make_url(url)
+    parsed = parse_url(url)
     if parsed.get_backend_name() == "sqlite":
         if schema is not None:
             raise UnsupportedDatabase("schema= is only supported on PostgreSQL")
@@ -42,46 +155,78 @@ def create_engine(
             raise UnsupportedDatabase("use the async SQLite driver: sqlite+aiosqlite:///path.db")
         return _sqlite_engine(parsed)
     if parsed.get_backend_name() == "postgresql":
-        if parsed.get_driver_name() != "asyncpg":
-            raise UnsupportedDatabase("use the async PostgreSQL driver: postgresql+asyncpg://…")
-        return _postgres_engine(parsed, schema, connect_timeout, statement_timeout, pool_size)
-    raise UnsupportedDatabase(f"unsupported ledger backend {parsed.get_backend_name()!r}")
+        return _postgres_engine(
+            postgres_url(parsed),
+            schema,
+            connect_timeout,
+            statement_timeout,
+            budget or ConnectionBudget(),
+        )
+    raise UnsupportedDatabase(
+        f"unsupported ledger backend {parsed.get_backend_name()!r}: "
+        "use sqlite+aiosqlite:///path.db or postgresql+asyncpg://…"
+    )
 
 
 def _postgres_engine(
-    url: URL, schema: str | None, connect_timeout: float, statement_timeout: float, pool_size: int
+    url: PostgresUrl,
+    schema: str | None,
+    connect_timeout: float,
+    statement_timeout: float,
+    budget: ConnectionBudget,
 ) -> AsyncEngine:
-    connect_args = _session_options(schema, connect_timeout, statement_timeout)
-    # Calls beyond the pool queue for a connection rather than opening more: PostgreSQL's
-    # connection limit is shared by every worker.
-    return create_async_engine(
-        url, connect_args=connect_args, pool_size=pool_size, max_overflow=pool_size
+    connect_args = {**url.connect, **_session_options(connect_timeout, statement_timeout)}
+    if url.pooler is Pooler.TRANSACTION:
+        # asyncpg's cache and SQLAlchemy's would reuse a statement on whichever server
+        # connection the pooler hands out next; SQLAlchemy still names each statement it
+        # prepares, so the names must never repeat across clients of one server connection.
+        connect_args |= {
+            "statement_cache_size": 0,
+            "prepared_statement_cache_size": 0,
+            "prepared_statement_name_func": _unique_statement_name,
+        }
+    kept = min(_SQLALCHEMY_KEPT, budget.engine_size)
+    engine = create_async_engine(
+        url.url,
+        connect_args=connect_args,
+        pool_size=kept,
+        max_overflow=budget.engine_size - kept,
+        pool_timeout=budget.wait_seconds,
     )
+    # Tables are named with their schema in every statement, never found through a
+    # `search_path` set at connection start: a pooler refuses or drops startup parameters.
+    return engine.execution_options(schema_translate_map=schema_map(schema))
+
+
+def schema_map(schema: str | None) -> dict[str | None, str | None] | None:
+    """The `schema_translate_map` that puts the ledger's tables in `schema`."""
+    return None if schema is None else {None: schema}
+
+
+def _unique_statement_name() -> str:
+    return f"__writesafe_{uuid4().hex}__"
 
 
 def postgres_connect_options(
     url: str | URL,
     *,
-    schema: str | None = None,
     connect_timeout: float = 5.0,
     statement_timeout: float = _STATEMENT_TIMEOUT,
 ) -> dict[str, Any]:
     """`asyncpg.connect` keyword arguments for the connections `create_engine` would open."""
-    parsed = make_url(url)
-    return {
-        **parsed.translate_connect_args(username="user", database="database"),
-        **parsed.query,
-        **_session_options(schema, connect_timeout, statement_timeout),
+    parsed = postgres_url(url)
+    options = {
+        **parsed.url.translate_connect_args(username="user", database="database"),
+        **parsed.connect,
+        **_session_options(connect_timeout, statement_timeout),
     }
-
-
-def _session_options(
-    schema: str | None, connect_timeout: float, statement_timeout: float
-) -> dict[str, Any]:
-    options: dict[str, Any] = {"timeout": connect_timeout, "command_timeout": statement_timeout}
-    if schema is not None:
-        options["server_settings"] = {"search_path": schema}
+    if parsed.pooler is Pooler.TRANSACTION:
+        options["statement_cache_size"] = 0
     return options
+
+
+def _session_options(connect_timeout: float, statement_timeout: float) -> dict[str, Any]:
+    return {"timeout": connect_timeout, "command_timeout": statement_timeout}
 
 
 def _sqlite_engine(url: URL) -> AsyncEngine:

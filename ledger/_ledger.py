@@ -39,6 +39,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from writesafe.ledger._clock import Clock, SystemClock, store_time
 from writesafe.ledger._engine import (
+    ConnectionBudget,
     create_engine,
     is_sqlite,
     postgres_connect_options,
@@ -141,18 +142,18 @@ class Ledger:
         schema: str | None = None,
         clock: Clock | None = None,
         connect_timeout: float = 5.0,
-        pool_size: int = 10,
+        budget: ConnectionBudget | None = None,
         lease_seconds: float = DEFAULT_LEASE_SECONDS,
     ) -> Ledger:
-        engine = create_engine(
-            url, schema=schema, connect_timeout=connect_timeout, pool_size=pool_size
-        )
+        """The ledger at `url`; on PostgreSQL its engine and its writer share `budget`."""
+        budget = budget or ConnectionBudget()
+        engine = create_engine(url, schema=schema, connect_timeout=connect_timeout, budget=budget)
         writer: Writer
         if is_sqlite(engine):
             writer = SqliteWriter(sqlite_path(url))
         else:
-            options = postgres_connect_options(url, schema=schema, connect_timeout=connect_timeout)
-            writer = PostgresWriter(options, pool_size)
+            options = postgres_connect_options(url, connect_timeout=connect_timeout)
+            writer = PostgresWriter(options, schema, budget)
         return cls(engine, writer, clock, lease_seconds=lease_seconds)
 
     @property

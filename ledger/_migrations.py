@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from sqlalchemy import Connection, text
-from sqlalchemy.ext.asyncio import AsyncEngine
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 if TYPE_CHECKING:
     from alembic.config import Config
@@ -50,6 +50,7 @@ async def upgrade(engine: AsyncEngine, revision: str = "head") -> None:
     (SQLite on its write lock), so the first one migrates and the others find the schema current.
     """
     async with engine.begin() as connection:
+        await in_ledger_schema(connection)
         if connection.dialect.name == "postgresql":
             await connection.execute(_LOCK_SCHEMA, {"key": _MIGRATION_LOCK})
         await connection.run_sync(_upgrade, revision)
@@ -58,12 +59,32 @@ async def upgrade(engine: AsyncEngine, revision: str = "head") -> None:
 async def downgrade(engine: AsyncEngine, revision: str) -> None:
     """Undo migrations down to `revision` (`base`: none left), in one transaction."""
     async with engine.begin() as connection:
+        await in_ledger_schema(connection)
         await connection.run_sync(_downgrade, revision)
 
 
 async def current_revision(engine: AsyncEngine) -> str | None:
     async with engine.connect() as connection:
+        await in_ledger_schema(connection)
         return await connection.run_sync(_current)
+
+
+_SET_LOCAL_SEARCH_PATH = text("SELECT set_config('search_path', quote_ident(:schema), true)")
+
+
+async def in_ledger_schema(connection: AsyncConnection) -> None:
+    """Point this transaction's `search_path` at the ledger's schema.
+
+    Statements name it themselves (the engine's `schema_translate_map`), but Alembic looks its
+    version table up through `search_path`. Set for the transaction only (`SET LOCAL`), never
+    when the connection starts: a pooler refuses or silently drops that, and the tables would
+    land in `public`.
+    """
+    assert connection.sync_connection is not None, "an open connection"
+    options = connection.sync_connection.get_execution_options()
+    schema = (options.get("schema_translate_map") or {}).get(None)
+    if schema is not None:
+        await connection.execute(_SET_LOCAL_SEARCH_PATH, {"schema": schema})
 
 
 async def ensure_current(engine: AsyncEngine) -> None:

@@ -38,6 +38,7 @@ from sqlalchemy.exc import IntegrityError, OperationalError
 from sqlalchemy.sql.compiler import SQLCompiler
 
 from writesafe.ledger._clock import StoreTime
+from writesafe.ledger._engine import ConnectionBudget, schema_map
 from writesafe.ledger._pg_connections import ConnectionPool
 from writesafe.ledger._records import AttemptKind, OperationRecord
 from writesafe.ledger._states import Status
@@ -82,8 +83,15 @@ class _Compiled:
     fixed: Mapping[str, Any]  # parameters whose value the statement carries itself
 
     @classmethod
-    def of(cls, statement: ClauseElement) -> _Compiled:
-        compiled = statement.compile(dialect=_DIALECT)
+    def of(cls, statement: ClauseElement, schema: str | None) -> _Compiled:
+        # The schema is written into the statement: a `search_path` set when the connection
+        # starts is refused or dropped by a pooler (`ledger._engine`).
+        translate = schema_map(schema)
+        compiled = statement.compile(
+            dialect=_DIALECT,
+            schema_translate_map=translate,
+            render_schema_translate=translate is not None,
+        )
         assert isinstance(compiled, SQLCompiler)
         assert compiled.positiontup is not None
         names = tuple(compiled.positiontup)
@@ -98,9 +106,11 @@ class _Compiled:
 class PostgresWriter:
     """The `Writer` for PostgreSQL: one round trip per write."""
 
-    def __init__(self, connect: Mapping[str, Any], pool_size: int) -> None:
-        self._connect, self._pool_size = connect, pool_size
-        self._pool = ConnectionPool(connect, pool_size)
+    def __init__(
+        self, connect: Mapping[str, Any], schema: str | None, budget: ConnectionBudget
+    ) -> None:
+        self._connect, self._schema, self._budget = connect, schema, budget
+        self._pool = self._new_pool()
         self._statements: dict[tuple[Any, ...], _Compiled] = {}
 
     async def claim(self, row: dict[str, Any]) -> Claim | None:
@@ -151,12 +161,18 @@ class PostgresWriter:
 
     def forget_loop(self) -> None:
         # asyncpg connections cannot be closed, or used, from another event loop.
-        self._pool = ConnectionPool(self._connect, self._pool_size)
+        self._pool = self._new_pool()
+
+    def _new_pool(self) -> ConnectionPool:
+        budget = self._budget
+        return ConnectionPool(
+            self._connect, budget.writer_size, budget.idle_seconds, budget.wait_seconds
+        )
 
     def _compiled(self, shape: tuple[Any, ...], build: Callable[[], ClauseElement]) -> _Compiled:
         compiled = self._statements.get(shape)
         if compiled is None:
-            compiled = self._statements[shape] = _Compiled.of(build())
+            compiled = self._statements[shape] = _Compiled.of(build(), self._schema)
         return compiled
 
     async def _run(

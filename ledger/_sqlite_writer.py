@@ -2,18 +2,18 @@
 
 Through aiosqlite every statement, BEGIN and COMMIT is a hop to the driver's thread and back, with
 SQLAlchemy's async layer around each: a claim took 3.2 ms here, and takes 0.7 ms run whole in one
-call (docs/performance.md). So the writer runs each write whole, on a blocking `sqlite3`
-connection to the same file configured as the async engine's (WAL, `synchronous=FULL`,
-`BEGIN IMMEDIATE`), in one thread that serialises the process's writes as SQLite's write lock
-would anyway. The guarded writes that queue while the thread is busy share one transaction and
-one commit (group commit, `ledger/_group_commit.py`): the fsync that is most of a commit's cost is
-paid once per group, not once per write; a lone write commits alone at once. Its statements are compiled once by SQLAlchemy from the table definitions and run
-on the driver directly: SQLAlchemy's execution layer cost more per statement than SQLite takes to
-run it. A claim first reads the key on the caller's thread (`peek`), which a WAL reader does
-without waiting for any writer: a key that is taken (a replay) costs neither a write nor a thread
-hop; a `fetch` (a status, a duplicate's look at the ledger) reads so too. Other reads and
-reconciliation keep the async engine; upkeep that writes in batches (pruning) comes to the
-writer's thread (`transaction`), to take its turn with the guarded writes.
+call (docs/performance.md). So the writer runs each write whole, on a blocking `sqlite3` connection
+to the same file configured as the async engine's (WAL, `synchronous=FULL`, `BEGIN IMMEDIATE`), in
+one thread that serialises the process's writes as SQLite's write lock would anyway. The guarded
+writes that queue while the thread is busy share one transaction and one commit (group commit,
+`ledger/_group_commit.py`): the fsync that is most of a commit's cost is paid once per group, not
+once per write; a lone write commits alone at once. Its statements are compiled once by SQLAlchemy
+from the table definitions and run on the driver directly: SQLAlchemy's execution layer cost more
+per statement than SQLite takes to run it. A claim first reads the key on the caller's thread
+(`peek`), which a WAL reader does without waiting for any writer: a key that is taken (a replay)
+costs neither a write nor a thread hop; a `fetch` (a status, a duplicate's look at the ledger)
+reads so too. Other reads and reconciliation keep the async engine; upkeep that writes in batches
+(pruning) comes to the writer's thread (`transaction`), to take its turn with the guarded writes.
 
 A writer whose event loop serves only callers that block on it anyway (the sync face's loop
 thread: `serve_blocking_callers`) runs a write on the loop's own thread while the loop serves that

@@ -51,6 +51,25 @@ LEDGER = "ledger"
 """The cause of a failure of writesafe's own ledger (not of the tool's dependency): retry later,
 or, where an execution may have run, reconcile."""
 
+
+class LedgerCause(StrEnum):
+    """What went wrong with the ledger, so that software can tell an outage from a mistake
+    (`reconciler._ledger_causes` tells them apart)."""
+
+    UNREACHABLE = "ledger_unreachable"  # the server did not answer, or the connection broke
+    BUSY = "ledger_busy"  # the server or its pooler refused more clients, or a lock timed out
+    BUDGET = "ledger_budget"  # this process's own connection budget stayed used up
+    STATEMENT = "ledger_statement"  # the server rejected a statement: a defect, not an outage
+    # Set up wrongly: schema missing or not migrated, wrong credentials or database, a pooler
+    # that breaks prepared statements (`?pooler=transaction` is missing), a bad URL.
+    MISCONFIGURED = "ledger_misconfigured"
+
+    @property
+    def retryable(self) -> bool:
+        """Only an outage or a crowd passes; a mistake stays until someone fixes it."""
+        return self in (LedgerCause.UNREACHABLE, LedgerCause.BUSY, LedgerCause.BUDGET)
+
+
 KEY_STORE = "key_store"
 """The cause of a failure of writesafe's Redis key store (the HTTP service's rate limits and
 readiness ask it; the guard itself never fails on it)."""

@@ -8,7 +8,7 @@ to it (its key may have been derived).
 from __future__ import annotations
 
 from writesafe.ledger import OperationRecord, Status
-from writesafe.reconciler._causes import LEDGER
+from writesafe.reconciler._causes import LEDGER, LedgerCause
 from writesafe.reconciler._contract import (
     Code,
     CodeRegistry,
@@ -57,29 +57,49 @@ def in_progress(
     )
 
 
-def write_not_started(codes: CodeRegistry, operation: OperationInfo | None = None) -> ErrorEnvelope:
-    """The ledger could not be reached before any write: nothing ran, retry later."""
+# What each ledger cause says to the caller of a write that did not start.
+_NOT_STARTED = {
+    LedgerCause.UNREACHABLE: "the ledger could not be reached",
+    LedgerCause.BUSY: "the ledger refused more clients for now",
+    LedgerCause.BUDGET: "every ledger connection of this process's budget is in use",
+    LedgerCause.STATEMENT: "the ledger rejected a statement",
+    LedgerCause.MISCONFIGURED: "the ledger is misconfigured (see the log)",
+}
+
+
+def write_not_started(
+    codes: CodeRegistry, cause: LedgerCause, operation: OperationInfo | None = None
+) -> ErrorEnvelope:
+    """The ledger failed before any write: nothing ran. An outage or a crowd passes (retry
+    later, TEMP_UNAVAILABLE); a mistake does not, so it goes to a person (UNKNOWN_ERROR, handoff;
+    its side effects stay `unknown`, as the contract has a reader of any rendering assume for a
+    no-effect claim it cannot check: the message says the write was not started)."""
+    message = f"{_NOT_STARTED[cause]}; the write was not started"
+    if not cause.retryable:
+        return codes.envelope(Code.UNKNOWN_ERROR, message, cause=cause, operation=operation)
     return codes.envelope(
         Code.TEMP_UNAVAILABLE,
-        "the ledger is unavailable; the write was not started",
+        message,
         retry_after_ms=LEDGER_RETRY_AFTER_MS,
         side_effects=SideEffects.NONE,
-        cause=LEDGER,
+        cause=cause,
         operation=operation,
     )
 
 
-def ledger_lost(operation: OperationRecord, codes: CodeRegistry) -> ErrorEnvelope:
+def ledger_lost(
+    operation: OperationRecord, codes: CodeRegistry, cause: LedgerCause
+) -> ErrorEnvelope:
     """The ledger failed while a call decided about an existing operation; the call wrote
     nothing. What the caller may assume is what the operation already was: a failed one proved
     no effect, anything else may still have one."""
     if operation.status is Status.FAILED:
-        return write_not_started(codes, operation_info(operation))
+        return write_not_started(codes, cause, operation_info(operation))
     return codes.envelope(
         Code.OUTCOME_UNKNOWN,
-        "the ledger is unavailable; an earlier execution may have been applied",
-        retry_after_ms=LEDGER_RETRY_AFTER_MS,
-        cause=LEDGER,
+        f"{_NOT_STARTED[cause]}; an earlier execution may have been applied",
+        retry_after_ms=LEDGER_RETRY_AFTER_MS if cause.retryable else None,
+        cause=cause,
         operation=operation_info(operation),
     )
 

@@ -42,7 +42,7 @@ from writesafe.reconciler import (
 )
 from writesafe.reconciler._absence import after_absence
 from writesafe.reconciler._adapters import failure_of
-from writesafe.reconciler._causes import KEY_STORE, LEDGER
+from writesafe.reconciler._causes import KEY_STORE, LEDGER, LedgerCause
 from writesafe.reconciler._continuation import stored_failure
 from writesafe.reconciler._failures import after_failure, cut_short, not_stored
 from writesafe.reconciler._refusals import (
@@ -96,6 +96,7 @@ CAUSES = (
     | {c.value for c in Lost}
     | {c.value for c in Unsettled}
     | {LEDGER, KEY_STORE}
+    | {c.value for c in LedgerCause}
 )
 
 
@@ -117,7 +118,7 @@ def profile(envelope: ErrorEnvelope, at_fault: str) -> Profile:
     target = {
         FIELD: envelope.field is not None,
         CREDENTIAL: envelope.next_action in {NextAction.AUTHENTICATE, NextAction.STOP},
-        STORE: envelope.cause in {LEDGER, KEY_STORE},
+        STORE: envelope.cause in {LEDGER, KEY_STORE, *LedgerCause},
         # The called tool's dependency: what its adapter saw, named by code (and cause).
         DEPENDENCY: envelope.code not in NEEDS_CAUSE or envelope.cause is not None,
         OPERATION: envelope.operation is not None,
@@ -211,13 +212,18 @@ EMITTED: list[tuple[str, ErrorEnvelope, str]] = [
     ("retry throttled", _after(Code.RATE_LIMITED, 1, False), DEPENDENCY),
     ("key reused", key_reused("ord-7", "submit", INFO, CODES), FIELD),
     ("in progress", in_progress("ord-7", None, 3, None, CODES), OPERATION),
-    ("ledger down before the write", write_not_started(CODES), STORE),
+    ("ledger down before the write", write_not_started(CODES, LedgerCause.UNREACHABLE), STORE),
+    ("ledger misconfigured", write_not_started(CODES, LedgerCause.MISCONFIGURED), STORE),
     (
         "ledger down deciding a failed row",
-        ledger_lost(replace(ROW, status=Status.FAILED), CODES),
+        ledger_lost(replace(ROW, status=Status.FAILED), CODES, LedgerCause.BUSY),
         STORE,
     ),
-    ("ledger down deciding an unknown row", ledger_lost(ROW, CODES), STORE),
+    (
+        "ledger down deciding an unknown row",
+        ledger_lost(ROW, CODES, LedgerCause.UNREACHABLE),
+        STORE,
+    ),
     ("outcome not recorded", unrecorded(ROW, CODES), STORE),
     ("result not stored", _stored(not_stored("too large", {}, CODES).error), NOTHING),
     ("no stored failure", stored_failure(None, CODES), NOTHING),

@@ -13,7 +13,7 @@ from sqlalchemy.exc import IntegrityError
 from tests.conftest import MakeWriteSafe
 from writesafe import WriteSafeError
 from writesafe.ledger import ApiKeys, Base, Role, head_revision
-from writesafe.ledger._migrations import VERSION_TABLE
+from writesafe.ledger._migrations import VERSION_TABLE, in_ledger_schema
 from writesafe.service import MAX_TOKEN_LENGTH, create_api_key, hash_token
 
 
@@ -26,6 +26,7 @@ async def test_only_the_hash_is_stored_and_revocation_is_kept(make_ws: MakeWrite
     assert len(token) <= MAX_TOKEN_LENGTH
     assert record.secret_hash == hashlib.sha256(token.encode()).hexdigest() == hash_token(token)
     async with ws.ledger.engine.connect() as conn:
+        await in_ledger_schema(conn)
         stored = (await conn.execute(text("SELECT * FROM writesafe_api_keys"))).mappings().all()
     assert all(token not in str(value) for row in stored for value in row.values())
     assert await store.active(hash_token(token)) == record
@@ -70,6 +71,7 @@ async def test_the_migrations_build_exactly_the_modelled_schema(make_ws: MakeWri
     await ws.start()
     assert head_revision() == "0004"
     async with ws.ledger.engine.connect() as conn:
+        await in_ledger_schema(conn)
         assert await conn.run_sync(_differences) == []
 
 

@@ -31,7 +31,7 @@ from writesafe.reconciler import (
     _refusals,
 )
 from writesafe.reconciler._admission import admit_stored, disagreement, stored_envelope
-from writesafe.reconciler._causes import LEDGER
+from writesafe.reconciler._causes import LEDGER, LedgerCause
 from writesafe.reconciler._check import Check, LookupOutcome
 from writesafe.reconciler._continuation import failed_operation, stored_failure, waits_for_delay
 from writesafe.reconciler._decisions import (
@@ -358,15 +358,20 @@ def test_the_refusals_name_the_operation_and_the_dependency_at_fault() -> None:
         "idempotency_key",
         operation_info(failed),
     )
-    not_started = write_not_started(CODES)
+    not_started = write_not_started(CODES, LedgerCause.UNREACHABLE)
     assert (not_started.code, not_started.cause, not_started.side_effects) == (
         Code.TEMP_UNAVAILABLE,
-        LEDGER,
+        "ledger_unreachable",
         SideEffects.NONE,
     )
-    assert ledger_lost(failed, CODES).code == Code.TEMP_UNAVAILABLE  # a failed row: no effect
-    lost = ledger_lost(unknown, CODES)
-    assert (lost.code, lost.cause, lost.retry_after_ms) == (Code.OUTCOME_UNKNOWN, LEDGER, 1_000)
+    # A failed row: no effect
+    assert ledger_lost(failed, CODES, LedgerCause.BUSY).code == Code.TEMP_UNAVAILABLE
+    lost = ledger_lost(unknown, CODES, LedgerCause.UNREACHABLE)
+    assert (lost.code, lost.cause, lost.retry_after_ms) == (
+        Code.OUTCOME_UNKNOWN,
+        "ledger_unreachable",
+        1_000,
+    )
     gone = unrecorded(unknown, CODES)
     assert (gone.code, gone.cause, gone.retry_after_ms) == (Code.OUTCOME_UNKNOWN, LEDGER, None)
     for envelope in (reused, not_started, lost, gone):

@@ -10,7 +10,7 @@ from sqlalchemy import Connection, inspect, select
 
 from tests.conftest import PG_URL
 from writesafe.ledger import Intent, Ledger, Outcome, Status
-from writesafe.ledger._migrations import upgrade
+from writesafe.ledger._migrations import in_ledger_schema, upgrade
 from writesafe.ledger._writer import attempts, operations
 
 LEAN = {
@@ -77,12 +77,14 @@ async def test_0003_upgrades_a_populated_ledger_in_place(ledger_url: dict[str, A
         await _populate(ledger)
         before = await _rows(ledger)
         async with ledger.engine.connect() as conn:
+            await in_ledger_schema(conn)
             assert await conn.run_sync(_index_names) >= BROAD
 
         await ledger.migrate()
 
         assert await _rows(ledger) == before
         async with ledger.engine.connect() as conn:
+            await in_ledger_schema(conn)
             names = await conn.run_sync(_index_names)
         assert names & BROAD == set()
         assert names >= LEAN

@@ -17,7 +17,7 @@ from tests.conftest import PG_URL, fresh_schema
 from writesafe import WriteSafe
 from writesafe.cli import app
 from writesafe.ledger import Base, Ledger, LedgerNotMigrated, head_revision
-from writesafe.ledger._migrations import _LOCK_SCHEMA, _MIGRATION_LOCK
+from writesafe.ledger._migrations import _LOCK_SCHEMA, _MIGRATION_LOCK, in_ledger_schema
 
 
 def _differences(connection: Connection) -> list[object]:
@@ -32,6 +32,7 @@ async def _migrated_differences(ledger: Ledger) -> list[object]:
     await ledger.migrate()
     await ledger.migrate()  # a second upgrade is a no-op
     async with ledger.engine.connect() as connection:
+        await in_ledger_schema(connection)  # Alembic's comparison reflects through search_path
         return await connection.run_sync(_differences)
 
 
@@ -112,6 +113,7 @@ async def test_an_upgrade_waits_only_for_upgrades_of_its_own_schema(
     elsewhere = Ledger.from_url(PG_URL, schema=pg_schema)
     try:
         async with busy.engine.begin() as upgrading:  # an upgrade of the other schema runs
+            await in_ledger_schema(upgrading)
             await upgrading.execute(_LOCK_SCHEMA, {"key": _MIGRATION_LOCK})
             await asyncio.wait_for(elsewhere.migrate(), 30)
             with pytest.raises(TimeoutError):

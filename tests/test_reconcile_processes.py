@@ -26,6 +26,7 @@ from tests.apps.shop_db import ShopDB
 from tests.conftest import PG_URL, run_sync
 from writesafe import Status
 from writesafe.ledger import Attempt, AttemptKind, Ledger, Operation, dumps_json
+from writesafe.ledger._migrations import in_ledger_schema
 from writesafe.reconciler._single import SingleWorkerLock
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -411,6 +412,7 @@ def test_a_watching_reconciler_outlives_a_ledger_outage(deployment: Deployment) 
         ledger = deployment.ledger()
         try:
             async with ledger.engine.begin() as connection:
+                await in_ledger_schema(connection)
                 await connection.exec_driver_sql(statement)
         finally:
             await ledger.close()
@@ -422,7 +424,7 @@ def test_a_watching_reconciler_outlives_a_ledger_outage(deployment: Deployment) 
     try:
         assert worker.stderr is not None
         first = _line_within(worker.stderr, 60)  # the first failed pass
-        assert "ledger unavailable" in first, first
+        assert "ledger failed (ledger_misconfigured" in first, first
         time.sleep(2)  # a few more failed passes
         assert worker.poll() is None, worker.communicate()
     finally:

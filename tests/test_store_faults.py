@@ -17,6 +17,7 @@ from writesafe.idempotency._keystore import RedisKeyStore
 from writesafe.idempotency._redis_connections import pack
 from writesafe.idempotency._store_answers import CachedOutcome, LeaseState
 from writesafe.ledger import ManualClock
+from writesafe.ledger._migrations import in_ledger_schema
 from writesafe.ledger._pg_writer import PostgresWriter
 
 
@@ -32,19 +33,25 @@ def echo_tool(ws: WriteSafe) -> tuple[Tool[int], list[int]]:
     return submit, effects
 
 
+def _table(ws: WriteSafe, name: str) -> str:
+    schema = ws.settings.db_schema
+    return name if schema is None else f'"{schema}".{name}'
+
+
 async def _hide_ledger(ws: WriteSafe) -> None:
-    """A real store fault: every ledger statement on operations fails until restored."""
+    """A real store fault: every ledger statement on operations fails until restored (a table
+    that is not there: the ledger calls that a misconfiguration)."""
     async with ws.ledger.engine.begin() as connection:
+        operations = _table(ws, "writesafe_operations")
         await connection.execute(
-            text("ALTER TABLE writesafe_operations RENAME TO writesafe_operations_away")
+            text(f"ALTER TABLE {operations} RENAME TO writesafe_operations_away")
         )
 
 
 async def _restore_ledger(ws: WriteSafe) -> None:
     async with ws.ledger.engine.begin() as connection:
-        await connection.execute(
-            text("ALTER TABLE writesafe_operations_away RENAME TO writesafe_operations")
-        )
+        away = _table(ws, "writesafe_operations_away")
+        await connection.execute(text(f"ALTER TABLE {away} RENAME TO writesafe_operations"))
 
 
 async def test_unreachable_ledger_means_the_write_never_starts() -> None:
@@ -79,8 +86,9 @@ async def test_ledger_lost_between_start_and_claim_fails_closed(make_ws: MakeWri
             await submit(2, idempotency_key="k")
     finally:
         await _restore_ledger(ws)
-    assert unavailable.value.envelope.code == "TEMP_UNAVAILABLE"
-    assert unavailable.value.envelope.side_effects == "none"
+    # Not an outage that a retry rides out: a person must look (nothing was sent).
+    assert unavailable.value.envelope.code == "UNKNOWN_ERROR"
+    assert unavailable.value.envelope.cause == "ledger_misconfigured"
     assert len(effects) == 1
     assert await ws.status("k") is None
 
@@ -234,7 +242,7 @@ async def test_terminated_ledger_connections_are_replaced_without_failing_a_call
     await asyncio.gather(*(submit(n, idempotency_key=f"warm-{n}") for n in range(4)))
     writer = ws.ledger.writer
     assert isinstance(writer, PostgresWriter)
-    pids = [connection.get_server_pid() for connection in writer._pool._idle]
+    pids = [connection.get_server_pid() for _, connection in writer._pool._idle]
     assert pids, "the warm-up left idle connections"
     await _terminate_backends(pids)
 
@@ -285,9 +293,10 @@ async def test_an_unreadable_redis_value_falls_back_to_the_ledger(make_ws: MakeW
 
 
 @pytest.mark.parametrize("backend", ["postgres"])
-async def test_a_refused_ledger_connection_is_a_typed_outage(make_ws: MakeWriteSafe) -> None:
-    """The server refusing a new connection (too many clients, a dropped database) is a ledger
-    outage like any other: TEMP_UNAVAILABLE before the write, never a raw driver error."""
+async def test_a_refused_ledger_connection_is_a_typed_failure(make_ws: MakeWriteSafe) -> None:
+    """The server refusing a new connection for a database it does not have is a
+    misconfiguration, not an outage: a typed refusal before the write, never a raw driver
+    error, and no invitation to retry."""
     ws = make_ws()
     submit, effects = echo_tool(ws)
     await ws.start()
@@ -296,8 +305,12 @@ async def test_a_refused_ledger_connection_is_a_typed_outage(make_ws: MakeWriteS
     writer._pool._connect["database"] = "writesafe_no_such_database"  # refused at connect
     with pytest.raises(WriteSafeError) as refused:
         await submit(1, idempotency_key="k")
-    assert refused.value.envelope.code == "TEMP_UNAVAILABLE"
-    assert refused.value.envelope.side_effects == "none"
+    envelope = refused.value.envelope
+    assert (envelope.code, envelope.cause, envelope.retryable) == (
+        "UNKNOWN_ERROR",
+        "ledger_misconfigured",
+        False,
+    )
     assert effects == []
 
 
@@ -314,6 +327,7 @@ async def test_a_row_pruned_between_a_claims_conflict_and_its_read_is_claimed_an
 
     async def fetch_after_pruning(scope: str, key: str) -> Any:
         async with ws.ledger.engine.begin() as connection:
+            await in_ledger_schema(connection)
             await connection.execute(text("DELETE FROM writesafe_operations WHERE key = 'k'"))
         monkeypatch.setattr(ws.ledger.writer, "fetch", fetch)
         return await fetch(scope, key)

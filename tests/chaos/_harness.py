@@ -35,6 +35,7 @@ from tests.chaos._plan import DriverFault, Plan, order_refs, plan_to_json
 from tests.chaos._skew import skewed
 from tests.chaos._stalls import Stalls
 from tests.chaos._worker import read_journal
+from tests.pgbouncer import pgbouncer
 from writesafe.ledger import Ledger, Status
 
 PG_URL = os.environ.get(
@@ -450,9 +451,12 @@ async def run_chaos(
     reconcilers: int = 2,
     plan: Plan | None = None,
     pg_url: str = PG_URL,
+    pooler: bool = False,
     run_dir: Path | None = None,
     log: Any = print,
 ) -> Report:
+    """`pooler`: the workers, reconcilers and migration reach the ledger through a PgBouncer in
+    transaction mode of the run's own; the driver and the checks still connect directly."""
     plan = plan or Plan(seed=seed)
     run_dir = run_dir or Path(tempfile.mkdtemp(prefix=f"chaos-{seed}-"))
     role = f"chaos_{seed}_{uuid.uuid4().hex[:6]}"
@@ -467,9 +471,15 @@ async def run_chaos(
     pool: Workers | None = None
     started = time.monotonic()
     await _create_role(pg_url, role)
+    pooled = contextlib.ExitStack()
     try:
+        ledger_url = pg_url
+        if pooler:
+            ledger_url = pooled.enter_context(pgbouncer("transaction", users=[role], pool_size=8))
         servers.start_redis()
-        env = _environment(role, pg_url, servers, plan)
+        env = _environment(role, ledger_url, servers, plan)
+        if pooler:
+            env["WRITESAFE_DATABASE_URL"] += "?pooler=transaction"
         servers.start_shop(env)
         await servers.wait_ready()
         ledger = Ledger.from_url(env["WRITESAFE_DATABASE_URL"], schema=role)
@@ -534,6 +544,7 @@ async def run_chaos(
             if process.poll() is None:
                 process.kill()
         servers.stop()
+        pooled.close()
         await _drop_role(pg_url, role)
 
 

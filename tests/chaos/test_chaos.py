@@ -11,6 +11,7 @@ import pytest
 from tests.chaos._checker import VIOLATIONS, LedgerRow, check
 from tests.chaos._harness import run_chaos
 from tests.chaos._plan import DriverFault, Fault, Plan
+from tests.pgbouncer import available
 from writesafe import Status
 
 SEED = 20261206
@@ -47,6 +48,34 @@ def test_a_short_chaos_run_keeps_every_invariant() -> None:
     assert any(not k.endswith(" +0 s") for k in report.skews if k.startswith("reconciler"))
     assert report.operations == ORDERS
     assert verdict.reconciled > 0
+
+
+POOLED_ORDERS = 24
+
+
+@pytest.mark.slow
+@pytest.mark.postgres
+@pytest.mark.pg_connections(12)  # the pooler's 8 server connections, the driver and the checks
+@pytest.mark.skipif(not available(), reason="pgbouncer is not installed (.ci/run installs it)")
+def test_a_short_chaos_run_through_a_transaction_pooler_keeps_every_invariant() -> None:
+    """The same faults with every ledger connection of the workers and reconcilers going through
+    PgBouncer in transaction mode (shorter: the long run above covers every fault kind)."""
+    plan = Plan(seed=SEED, weights=SHORT_RUN_WEIGHTS, stall_rate=STALL_RATE)
+    report = asyncio.run(
+        run_chaos(
+            orders=POOLED_ORDERS,
+            workers=2,
+            reconcilers=1,
+            seed=SEED,
+            plan=plan,
+            pooler=True,
+            log=lambda *_: None,
+        )
+    )
+    broken = {k: v for k, v in report.verdict.violations.items() if v}
+    assert broken == {}, report.run_dir
+    assert report.operations == POOLED_ORDERS
+    assert report.driver_faults.total() > 0
 
 
 def _row(key: str, status: Status, order_id: str | None = None) -> LedgerRow:

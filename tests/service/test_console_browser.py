@@ -30,6 +30,7 @@ from tests.service.support import issue_keys
 from tests.service.test_cli import free_port
 from writesafe import WriteSafe
 from writesafe.ledger import Role, Status
+from writesafe.ledger._migrations import in_ledger_schema
 
 CHROMIUM = Path("/usr/bin/chromium")
 CHROMEDRIVER = Path("/usr/bin/chromedriver")
@@ -100,6 +101,7 @@ async def _history(ws: WriteSafe, submit_order: Any) -> None:
         with contextlib.suppress(Exception):
             await submit_order(order, idempotency_key=f"a-hist-{n}", scope="tenant-a")
     async with ws.ledger.engine.begin() as conn:
+        await in_ledger_schema(conn)
         await conn.execute(
             text(
                 "UPDATE writesafe_operations SET created_at = created_at - make_interval("

@@ -30,6 +30,7 @@ from writesafe.cli._runner import run
 from writesafe.cli._stores import unavailable_errors
 from writesafe.idempotency import ReconcileReport, WriteSafe, WriteSafeError
 from writesafe.ledger import prune
+from writesafe.reconciler._ledger_causes import ledger_failure
 
 WatchOption = Annotated[
     bool,
@@ -147,7 +148,12 @@ class _Pass:
                 except _OUTAGE as error:
                     # A worker outlives a ledger outage: what it had claimed is re-offered when
                     # its short reconcile lease runs out, so it just waits and tries again.
-                    err.print(f"ledger unavailable ({type(error).__name__}); again in {pause:.1f}s")
+                    failure = ledger_failure(error)
+                    err.print(
+                        f"ledger failed ({failure.cause}: {failure.detail}); again in {pause:.1f}s",
+                        highlight=False,
+                        markup=False,
+                    )
                     with contextlib.suppress(TimeoutError):
                         await asyncio.wait_for(stop.wait(), pause)
                     pause = min(pause * 2, _MAX_OUTAGE_PAUSE)

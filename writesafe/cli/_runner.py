@@ -24,6 +24,7 @@ from writesafe.idempotency import (
     WriteSafeError,
 )
 from writesafe.ledger import LedgerNotMigrated
+from writesafe.reconciler._ledger_causes import ledger_failure
 
 T = TypeVar("T")
 
@@ -85,7 +86,11 @@ def explain(error: Exception, ws: WriteSafe) -> tuple[str, ExitCode]:
             return envelope.message, ExitCode.USAGE
         return f"{envelope.code}: {envelope.message}", ExitCode.FAILED
     if isinstance(error, unavailable_errors()):
-        return f"{unreachable}: {first_line(error)}", ExitCode.UNAVAILABLE
+        cause = ledger_failure(error).cause
+        if cause.retryable:
+            return f"{unreachable} ({cause}): {first_line(error)}", ExitCode.UNAVAILABLE
+        # A mistake, not an outage: trying again later will not help.
+        return f"the ledger at {_url(ws)} failed ({cause}): {first_line(error)}", ExitCode.FAILED
     return f"{type(error).__name__}: {first_line(error)}", ExitCode.FAILED
 
 
