@@ -585,17 +585,48 @@ class Ledger:
         out, and how long until the next lease that looks expired by this process's clock has
         been watched long enough (None: none). Every in_flight lease is a candidate, whatever its
         wall-clock expiry says; those never renewed sort first."""
-        query = select(operations).where(
-            operations.c.status == Status.IN_FLIGHT.value, operations.c.tool.in_(tools)
-        )
-        if sent_before is not None:
-            query = query.where(operations.c.last_sent_at <= sent_before)
-        if scope is not None:
-            query = query.where(operations.c.scope == scope)
+        query = _in_flight(tools, sent_before, scope)
         query = query.order_by(operations.c.lease_expires_at).limit(limit)
         candidates = [
             OperationRecord.from_row(row) for row in (await conn.execute(query)).mappings()
         ]
+        left, pending = self._sight(candidates)
+        return [id_ for id_, seconds in left.items() if seconds == 0], min(pending, default=None)
+
+    async def watch_leases(
+        self, *, tools: Sequence[str], older_than: float = 0.0, scope: str | None = None
+    ) -> float | None:
+        """On SQLite: sight every `in_flight` lease a pass could take over, and return how long
+        until the last of those that look expired by this process's clock has been watched for a
+        whole lease (None: none looks expired). A pass that waits that long once takes over every
+        crashed lease it had at its start, not only its first batch (`claim_due` looks at one
+        batch at a time). Read a page at a time, so memory stays bounded; the watch keeps at most
+        `_lease_watch._WATCHED` sightings. PostgreSQL judges leases on its clock: None."""
+        if not self.is_sqlite:
+            return None
+        sent_before = self._now_sql(-older_than) if older_than > 0 else None
+        longest = 0.0  # every pending time is > 0
+        after = 0
+        async with self._reads.connect() as conn:
+            while True:
+                query = _in_flight(tools, sent_before, scope).where(operations.c.id > after)
+                page = [
+                    OperationRecord.from_row(row)
+                    for row in (
+                        await conn.execute(query.order_by(operations.c.id).limit(_WATCH_PAGE))
+                    ).mappings()
+                ]
+                _, pending = self._sight(page)
+                longest = max([longest, *pending])
+                if len(page) < _WATCH_PAGE:
+                    return longest or None
+                after = page[-1].id
+
+    def _sight(
+        self, candidates: Sequence[OperationRecord]
+    ) -> tuple[dict[int, float], builtins.list[float]]:
+        """Each candidate's time left to watch (`LeaseWatch.seconds_left`), and those times of
+        the ones still to watch whose lease looks expired by this process's clock."""
         left = {op.id: self._watch.seconds_left(op) for op in candidates}
         now = self.clock.now()
         pending = [
@@ -603,7 +634,7 @@ class Ledger:
             for op in candidates
             if left[op.id] > 0 and (op.lease_expires_at is None or op.lease_expires_at <= now)
         ]
-        return [id_ for id_, seconds in left.items() if seconds == 0], min(pending, default=None)
+        return left, pending
 
     async def count_due(
         self, *, tools: Sequence[str], older_than: float = 0.0, scope: str | None = None
@@ -825,6 +856,26 @@ class _Due:
 
 _CRASHED = _Due(Status.IN_FLIGHT, operations.c.lease_expires_at)
 _UNKNOWN = _Due(Status.OUTCOME_UNKNOWN, operations.c.next_check_at)
+
+
+_WATCH_PAGE = 1_000
+"""`in_flight` rows `Ledger.watch_leases` reads at a time."""
+
+
+def _in_flight(
+    tools: Sequence[str],
+    sent_before: ColumnElement[datetime] | datetime | None,
+    scope: str | None,
+) -> Select[Any]:
+    """The `in_flight` operations of `tools` a pass could take over (SQLite's candidates)."""
+    query = select(operations).where(
+        operations.c.status == Status.IN_FLIGHT.value, operations.c.tool.in_(tools)
+    )
+    if sent_before is not None:
+        query = query.where(operations.c.last_sent_at <= sent_before)
+    if scope is not None:
+        query = query.where(operations.c.scope == scope)
+    return query
 
 
 def _due_query(

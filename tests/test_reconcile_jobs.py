@@ -181,6 +181,24 @@ async def test_crashed_in_flight_leases_are_expired_then_looked_up(
     assert (status.status, status.result) == (Status.SUCCEEDED, {"order_id": "o-1", "sku": "A1"})
 
 
+async def test_one_pass_takes_over_every_crashed_lease_not_one_batch(
+    make_ws: MakeWriteSafe,
+) -> None:
+    clock = ManualClock()
+    ws, shop = make_ws(clock=clock, lease_seconds=5.0), Shop()
+    submit_order = order_tool(ws, shop)
+    for n in range(40):  # two and a half batches of the default 16
+        await claimed_by_a_dead_worker(ws, shop, submit_order, f"k{n}", lease_seconds=5.0)
+    clock.advance(5.0)  # every lease has run out by the wall clock
+    once = make_ws(clock=clock, lease_seconds=5.0)  # a `reconcile --once` job: a fresh watch
+    order_tool(once, shop)
+
+    report = await once.reconcile()
+
+    assert counts(report) == {"examined": 40, "found": 40, "expired_leases": 40}
+    assert counts(await once.reconcile()) == {}
+
+
 async def test_limit_tool_and_older_than_select_what_a_pass_examines(
     make_ws: MakeWriteSafe,
 ) -> None:
@@ -346,18 +364,32 @@ async def test_bad_resolution_input_is_a_typed_error(
 
 
 @pytest.mark.parametrize("backend", ["sqlite"])
-async def test_sqlite_allows_one_reconciler_at_a_time(make_ws: MakeWriteSafe) -> None:
+async def test_sqlite_holds_its_reconciler_lock_for_a_pass_not_for_a_life(
+    make_ws: MakeWriteSafe,
+) -> None:
+    looking, answer = asyncio.Event(), asyncio.Event()
+
+    async def slow_lookup(op: LookupOperation) -> LookupResult:
+        looking.set()
+        await answer.wait()
+        return NotFound()
+
     first, second = make_ws(), make_ws()
-    shop = Shop()
-    order_tool(first, shop)
+    shop = Shop(faults=["timeout_before_commit"], lookup_answer=slow_lookup)
     order_tool(second, shop)
-    await first.reconcile()
+    await unknown_outcome(order_tool(first, shop)("A1", idempotency_key="k"))
 
-    with pytest.raises(ReconcilerBusy, match="one reconciler at a time"):
-        await second.reconcile()
-
-    await first.close()
-    assert counts(await second.reconcile()) == {}
+    # A finished pass holds nothing, though its `WriteSafe` is still open.
+    assert counts(await first.reconcile(older_than=3_600)) == {}
+    assert counts(await second.reconcile(older_than=3_600)) == {}
+    passing = asyncio.create_task(second.reconcile())
+    await looking.wait()
+    # While a pass runs, another process's pass is refused at once, with what to do.
+    with pytest.raises(ReconcilerBusy, match="try again when that pass ends"):
+        await first.reconcile()
+    answer.set()
+    assert counts(await passing)["examined"] == 1
+    assert counts(await first.reconcile(older_than=3_600)) == {}
 
 
 async def test_not_found_lookups_count_once_per_pass(make_ws: MakeWriteSafe) -> None:

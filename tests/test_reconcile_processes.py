@@ -365,12 +365,8 @@ def test_writesafe_reconcile_reports_and_refuses_clearly(deployment: Deployment)
     assert unknown_tool.returncode == 2
     assert "no tool named 'nope'" in _flat(unknown_tool.stderr)
     database = Path(deployment.ledger_url.removeprefix("sqlite+aiosqlite:///"))
-    held = SingleWorkerLock(database)
-    held.acquire()
-    try:
+    with SingleWorkerLock(database).held():  # another process's pass is running
         busy = deployment.run(*reconcile, "--once")
-    finally:
-        held.release()
     assert busy.returncode == 1
     assert "one reconciler at a time" in _flat(busy.stderr)
 
