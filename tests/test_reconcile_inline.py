@@ -40,7 +40,9 @@ async def test_hit_returns_the_found_result_without_executing(make_ws: MakeWrite
         {"order_id": "o-1", "sku": "A1"},
     )
     kinds = [(a.kind, a.outcome) for a in status.attempts]
-    assert kinds == [(AttemptKind.EXECUTION, "outcome_unknown"), (AttemptKind.LOOKUP, "found")]
+    # The execution's outcome is what the lookup established; its envelope is still its own.
+    assert kinds == [(AttemptKind.EXECUTION, "succeeded"), (AttemptKind.LOOKUP, "found")]
+    assert status.attempts[0].code == "OUTCOME_UNKNOWN"
     assert status.attempts[1].actor == "caller"
 
 
@@ -228,6 +230,16 @@ async def test_a_crashed_execution_is_looked_up_once_its_lease_expires(
     status = await ws.status("ord-10")
     assert status is not None
     assert status.status is Status.SUCCEEDED
+    # The record says so too: the taken-over execution is closed as the lookup found it.
+    execution = status.attempts[0]
+    assert (execution.kind, execution.outcome) == (AttemptKind.EXECUTION, "succeeded")
+    assert execution.evidence == {
+        "closed_by": "takeover",
+        "reason": "the lease ran out before the execution reported",
+    }
+    record = await ws.ledger.get("default", "ord-10")
+    assert record is not None
+    assert record.last_code is None
 
 
 async def test_a_different_payload_on_an_unknown_outcome_is_key_reused(

@@ -17,6 +17,7 @@ from tests.reconcile_support import (
     unknown_outcome,
 )
 from writesafe import (
+    Found,
     LookupOperation,
     NotFound,
     OperationNotFound,
@@ -179,6 +180,51 @@ async def test_crashed_in_flight_leases_are_expired_then_looked_up(
     status = await ws.status("k")
     assert status is not None
     assert (status.status, status.result) == (Status.SUCCEEDED, {"order_id": "o-1", "sku": "A1"})
+
+
+async def test_a_takeover_then_a_lookup_close_the_superseded_execution_on_the_record(
+    make_ws: MakeWriteSafe,
+) -> None:
+    busy = [True]
+
+    async def unknown_once(op: LookupOperation) -> LookupResult:
+        if busy and busy.pop():
+            return Unknown("the shop is busy")
+        return Found(shop.orders[op.key])
+
+    clock = ManualClock()
+    ws, shop = make_ws(clock=clock, lease_seconds=5.0), Shop(lookup_answer=unknown_once)
+    submit_order = order_tool(ws, shop)
+    claim = await claimed_by_a_dead_worker(ws, shop, submit_order, "k", lease_seconds=5.0)
+    await ws.reconcile()  # SQLite: the lease is watched from here
+    clock.advance(5.0)
+
+    assert counts(await ws.reconcile()) == {
+        "examined": 1, "still_unknown": 1, "expired_leases": 1
+    }  # fmt: skip
+    taken_over = await ws.status("k")
+    assert taken_over is not None
+    execution = taken_over.attempts[0]
+    assert (execution.kind, execution.outcome, execution.code) == (
+        AttemptKind.EXECUTION, "outcome_unknown", "LEASE_EXPIRED"
+    )  # fmt: skip
+    assert execution.evidence == {
+        "closed_by": "takeover",
+        "reason": "the lease ran out before the execution reported",
+    }
+    assert execution.finished_at is not None
+
+    clock.advance(60.0)
+    assert counts(await ws.reconcile()) == {"examined": 1, "found": 1}
+    # The dead worker's report, arriving after all, is fenced off and changes nothing.
+    assert await late_failure_report(ws, claim) is None
+    settled = await ws.status("k")
+    assert settled is not None
+    assert (settled.status, settled.attempts[0].outcome) == (Status.SUCCEEDED, "succeeded")
+    assert [a.kind for a in settled.attempts] == [AttemptKind.EXECUTION] + [AttemptKind.LOOKUP] * 2
+    record = await ws.ledger.get("default", "k")
+    assert record is not None
+    assert record.last_code is None  # not the takeover's LEASE_EXPIRED
 
 
 async def test_one_pass_takes_over_every_crashed_lease_not_one_batch(
