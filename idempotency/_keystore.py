@@ -60,6 +60,7 @@ return 0
 """
 
 _CLUSTER_SCHEMES = ("redis+cluster://", "rediss+cluster://")
+_MAPPING_SECONDS = 5.0  # the longest a cluster client may take to learn the cluster's layout
 # What a command that did not reach Redis raises: redis-py's cluster client adds errors of its
 # own (no node holds the slot, the cluster could not be mapped) outside `RedisError`.
 _FAILURES = (RedisError, RedisClusterException, OSError)
@@ -249,6 +250,12 @@ class RedisKeyStore:
         if not self.available:
             return False, None
         try:
+            if isinstance(self.redis, RedisCluster):
+                # Mapping the cluster (its slots, and the command table redis-py routes by) is
+                # a one-off that takes far longer than a command: bounded on its own. Once
+                # mapped, this returns at once.
+                async with asyncio.timeout(_MAPPING_SECONDS):
+                    await self.redis.initialize()
             async with asyncio.timeout(self._timeout), self._slots:
                 return True, await call()
         except (*_FAILURES, TimeoutError) as error:

@@ -17,6 +17,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+from prometheus_client import REGISTRY
 from redis import Redis
 
 from tests.reconcile_support import Shop, order_tool
@@ -117,6 +118,25 @@ def redis_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[int
             server.wait(timeout=30)
 
 
+def _degraded() -> float:
+    """Key store commands that failed so far in this process (any operation)."""
+    return sum(
+        sample.value
+        for metric in REGISTRY.collect()
+        if metric.name == "writesafe_store_degraded"
+        for sample in metric.samples
+        if sample.name == "writesafe_store_degraded_total"
+    )
+
+
+def _cluster_ws(ports: list[int], folder: Path, prefix: str) -> WriteSafe:
+    return WriteSafe(
+        database_url=f"sqlite+aiosqlite:///{folder / 'ledger.db'}",
+        redis_url=f"redis+cluster://127.0.0.1:{ports[0]}/0",
+        redis_prefix=prefix,
+    )
+
+
 def _keys_by_node(ports: list[int], prefix: str) -> dict[int, int]:
     counts = {}
     for port in ports:
@@ -128,26 +148,27 @@ def _keys_by_node(ports: list[int], prefix: str) -> dict[int, int]:
 async def test_a_cluster_key_store_never_runs_a_write_twice(
     redis_cluster: list[int], tmp_path: Path
 ) -> None:
-    prefix = "cluster-test"
-    ws = WriteSafe(
-        database_url=f"sqlite+aiosqlite:///{tmp_path / 'ledger.db'}",
-        redis_url=f"redis+cluster://127.0.0.1:{redis_cluster[0]}/0",
-        redis_prefix=prefix,
-    )
+    prefix, degraded = "cluster-async", _degraded()
+    ws = _cluster_ws(redis_cluster, tmp_path, prefix)
     shop = Shop()
     submit_order = order_tool(ws, shop)
     keys = [f"ord-{n}" for n in range(30)]
     try:
         # First executions, each raced by a duplicate: one execution per key.
-        firsts = await asyncio.gather(
-            *(submit_order("A1", idempotency_key=key) for key in keys for _ in range(2))
-        )
+        firsts = [
+            answer
+            for key in keys
+            for answer in await asyncio.gather(
+                *(submit_order("A1", idempotency_key=key) for _ in range(2))
+            )
+        ]
         assert shop.placed == len(keys)
         by_node = _keys_by_node(redis_cluster, prefix)
         assert sum(by_node.values()) == len(keys)
         assert all(by_node.values()), by_node  # every master holds some: the cluster routed them
         assert ws.keystore is not None
         assert ws.keystore.cluster
+        assert _degraded() == degraded  # every command reached its node
 
         replays = [await submit_order("A1", idempotency_key=key) for key in keys]
         assert replays == firsts[::2]
@@ -161,5 +182,33 @@ async def test_a_cluster_key_store_never_runs_a_write_twice(
         assert again == firsts[::2]
         assert shop.placed == len(keys)
         assert shop.lookups == 0
+    finally:
+        await ws.close()
+
+
+async def test_sync_tools_on_a_cluster_key_store_run_each_key_once(
+    redis_cluster: list[int], tmp_path: Path
+) -> None:
+    prefix, degraded = "cluster-sync", _degraded()
+    ws = _cluster_ws(redis_cluster, tmp_path, prefix)
+    effects: list[str] = []
+
+    @ws.tool("refund")
+    def refund(amount: int, idempotency_key: str) -> dict[str, int]:
+        effects.append(idempotency_key)
+        return {"amount": amount}
+
+    keys = [f"ref-{n}" for n in range(12)]
+    try:
+        # A thread without an event loop: its first look is the blocking cluster claim.
+        def calls() -> list[dict[str, int]]:
+            return [refund(5, idempotency_key=key) for key in keys]
+
+        firsts = await asyncio.to_thread(calls)
+        replays = await asyncio.to_thread(calls)
+        assert firsts == replays == [{"amount": 5}] * len(keys)
+        assert sorted(effects) == sorted(keys)
+        assert sum(_keys_by_node(redis_cluster, prefix).values()) == len(keys)
+        assert _degraded() == degraded
     finally:
         await ws.close()
