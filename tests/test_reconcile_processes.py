@@ -6,10 +6,12 @@ lookups are counted across processes. The reconciler runs as the real `writesafe
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import select as io_select
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -19,14 +21,16 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import IO, Any
 
+import httpx
 import pytest
 from sqlalchemy import func, insert, select
 
 from tests.apps.shop_db import ShopDB
 from tests.conftest import PG_URL, run_sync
 from writesafe import Status
-from writesafe.ledger import Attempt, AttemptKind, Ledger, Operation, dumps_json
+from writesafe.ledger import ApiKeys, Attempt, AttemptKind, Ledger, Operation, Role, dumps_json
 from writesafe.reconciler._single import SingleWorkerLock
+from writesafe.service import create_api_key
 
 ROOT = Path(__file__).resolve().parent.parent
 WRITESAFE = Path(sys.executable).with_name("writesafe")
@@ -211,6 +215,94 @@ def test_four_reconcilers_resolve_five_hundred_operations_exactly_once(
     assert ledger_view["versions"] == {3: OPERATIONS}
     assert ledger_view["statuses"] == {"succeeded": OPERATIONS // 2, "failed": OPERATIONS // 2}
     assert ledger_view["succeeded_keys"] == set(present)
+
+
+@pytest.mark.parametrize("backend", [pytest.param("postgres", marks=pytest.mark.postgres)])
+@pytest.mark.pg_connections(16)
+def test_two_reconcilers_and_a_service_look_each_operation_up_once(
+    deployment: Deployment,
+) -> None:
+    # Two `reconcile --once` workers and a service answering POST /v1/reconcile drain one due
+    # queue together: each operation is leased to exactly one of them (FOR UPDATE SKIP LOCKED).
+    keys = [f"s{n:03d}" for n in range(120)]
+    run_sync(_seed_unknown(deployment, keys))
+    run_sync(deployment.shop.seed(keys[::2], "A1"))
+    token = run_sync(_admin_token(deployment))
+    slow = {"SHOP_LOOKUP_LATENCY": "0.05", "WRITESAFE_RECONCILE_BATCH": "4"}
+    port = _free_port()
+    app = "tests.apps.shop_app:ws"
+    service = deployment.spawn(
+        str(WRITESAFE), "serve", app, "--host", "127.0.0.1", "--port", str(port), extra=slow
+    )
+    base = f"http://127.0.0.1:{port}"
+    try:
+        _wait_until_healthy(service, base)
+        workers = [
+            deployment.spawn(str(WRITESAFE), "reconcile", app, "--once", "--json", extra=slow)
+            for _ in range(2)
+        ]
+        while run_sync(_lookup_attempts(deployment)) == 0:  # the workers have begun
+            time.sleep(0.05)
+        passes: list[dict[str, int]] = []
+        headers = {"Authorization": f"Bearer {token}"}
+        while not passes or passes[-1]["examined"]:
+            answer = httpx.post(f"{base}/v1/reconcile", headers=headers, json={"limit": 8})
+            assert answer.status_code == 200, answer.text
+            passes.append(answer.json())
+        reports = []
+        for worker in workers:
+            stdout, stderr = worker.communicate(timeout=300)
+            assert worker.returncode == 0, stderr
+            reports.append(json.loads(stdout))
+    finally:
+        service.send_signal(signal.SIGTERM)
+        service.communicate(timeout=60)
+
+    by_whom = [r["examined"] for r in reports] + [sum(p["examined"] for p in passes)]
+    print("examined by worker, worker, service:", by_whom)
+    assert all(by_whom), by_whom  # all three took part
+    assert sum(by_whom) == len(keys)
+    for report in [*reports, *passes]:
+        assert (report["superseded"], report["errors"]) == (0, 0), report
+    assert run_sync(deployment.shop.lookups_by_reference()) == dict.fromkeys(keys, 1)
+    assert run_sync(_ledger_view(deployment))["lookups_per_operation"] == {1: len(keys)}
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def _wait_until_healthy(service: subprocess.Popen[str], base: str) -> None:
+    deadline = time.monotonic() + 60
+    while True:
+        assert service.poll() is None, service.communicate()
+        with contextlib.suppress(httpx.TransportError):
+            if httpx.get(f"{base}/healthz").status_code == 200:
+                return
+        assert time.monotonic() < deadline, "writesafe serve did not start"
+        time.sleep(0.1)
+
+
+async def _admin_token(deployment: Deployment) -> str:
+    ledger = deployment.ledger()
+    try:
+        store = ApiKeys(ledger.engine)
+        _, token = await create_api_key(store, scope="default", role=Role.ADMIN, name="ops")
+    finally:
+        await ledger.close()
+    return token
+
+
+async def _lookup_attempts(deployment: Deployment) -> int:
+    ledger = deployment.ledger()
+    try:
+        async with ledger.engine.connect() as conn:
+            query = select(func.count()).where(attempts.c.kind == AttemptKind.LOOKUP.value)
+            return int((await conn.execute(query)).scalar_one())
+    finally:
+        await ledger.close()
 
 
 async def _unknown_reasons(deployment: Deployment) -> dict[str, int]:
