@@ -500,6 +500,19 @@ class Ledger:
                 insert(attempts).values(operation_id=operation_id, kind=kind.value, **row)
             )
 
+    async def record_absence(self, current: OperationRecord, **values: Any) -> None:
+        """Append the lookup attempt that proved `current`'s last execution had no effect, and
+        close that execution as `failed`, in one transaction (its key then runs again)."""
+        async with self.engine.begin() as conn:
+            now = await self._now_in(conn)
+            row = {"started_at": now, "finished_at": now, **values}
+            await conn.execute(
+                insert(attempts).values(
+                    operation_id=current.id, kind=AttemptKind.LOOKUP.value, **row
+                )
+            )
+            await _close_executions(conn, [current.id], Status.FAILED, now)
+
     # -- reconciliation ------------------------------------------------------------------
 
     async def claim_due(
@@ -904,14 +917,19 @@ async def _close_settled(
             for settlement, row in zip(settlements, rows, strict=True)
             if row is not None and settlement.status is status
         ]
-        if ids:
-            await conn.execute(
-                update(attempts)
-                .where(_open_executions(ids, UNSETTLED_EXECUTION))
-                .values(
-                    outcome=status.value, finished_at=func.coalesce(attempts.c.finished_at, now)
-                )
-            )
+        await _close_executions(conn, ids, status, now)
+
+
+async def _close_executions(
+    conn: AsyncConnection, ids: Sequence[int], status: Status, now: datetime
+) -> None:
+    """End the unsettled current execution of each operation in `ids` as `status`."""
+    if ids:
+        await conn.execute(
+            update(attempts)
+            .where(_open_executions(ids, UNSETTLED_EXECUTION))
+            .values(outcome=status.value, finished_at=func.coalesce(attempts.c.finished_at, now))
+        )
 
 
 _ATTEMPT_COLUMNS = tuple(column.name for column in attempts.columns if column.name != "id")

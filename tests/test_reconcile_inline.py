@@ -63,8 +63,9 @@ async def test_miss_after_the_settle_window_executes_exactly_once_more(
     assert status is not None
     assert (status.status, status.executions) == (Status.SUCCEEDED, 2)
     trail = [(a.kind, a.execution, a.outcome) for a in status.attempts]
+    # The first execution is closed as the lookup proved it: no effect.
     assert trail == [
-        (AttemptKind.EXECUTION, 1, "outcome_unknown"),
+        (AttemptKind.EXECUTION, 1, "failed"),
         (AttemptKind.LOOKUP, None, "not_found"),
         (AttemptKind.EXECUTION, 2, "succeeded"),
     ]
