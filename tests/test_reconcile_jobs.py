@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+import httpx
 import pytest
 
 from tests.conftest import MakeWriteSafe
@@ -16,6 +17,7 @@ from tests.reconcile_support import (
     unknown_evidence,
     unknown_outcome,
 )
+from tests.service.support import issue_keys
 from writesafe import (
     Found,
     LookupOperation,
@@ -29,8 +31,9 @@ from writesafe import (
     WriteSafeError,
     WriteSafeSettings,
 )
-from writesafe.ledger import AttemptKind, ManualClock
+from writesafe.ledger import AttemptKind, ManualClock, Role
 from writesafe.reconciler import LookupResult
+from writesafe.service import ServiceSettings, create_app
 
 
 def budget(max_checks: int = 3, **more: Any) -> WriteSafeSettings:
@@ -225,6 +228,20 @@ async def test_a_takeover_then_a_lookup_close_the_superseded_execution_on_the_re
     record = await ws.ledger.get("default", "k")
     assert record is not None
     assert record.last_code is None  # not the takeover's LEASE_EXPIRED
+    # The service's attempts listing tells the same story.
+    tokens = await issue_keys(ws, ["default"])
+    async with httpx.AsyncClient(
+        transport=httpx.ASGITransport(app=create_app(ws, ServiceSettings(rate_limits=False))),
+        base_url="http://service.test",
+        headers={"Authorization": f"Bearer {tokens['default', Role.OPERATOR]}"},
+    ) as client:
+        listed = await client.get("/v1/operations/k/attempts")
+    assert listed.status_code == 200, listed.text
+    assert [(a["kind"], a["outcome"], a["code"]) for a in listed.json()["items"]] == [
+        ("execution", "succeeded", "LEASE_EXPIRED"),
+        ("lookup", "unknown", None),
+        ("lookup", "found", None),
+    ]
 
 
 async def test_one_pass_takes_over_every_crashed_lease_not_one_batch(
