@@ -45,7 +45,6 @@ from writesafe.ledger._engine import (
     reader,
     sqlite_path,
 )
-from writesafe.ledger._json import dumps_json
 from writesafe.ledger._lease_watch import LeaseWatch
 from writesafe.ledger._migrations import ensure_current, upgrade
 from writesafe.ledger._models import status_in
@@ -53,8 +52,8 @@ from writesafe.ledger._pg_writer import PostgresWriter
 from writesafe.ledger._records import AttemptKind, AttemptRecord, OperationRecord
 from writesafe.ledger._sqlite_writer import SqliteWriter
 from writesafe.ledger._states import Status, check_transition
+from writesafe.ledger._superseded import close_executions, close_settled, close_taken_over
 from writesafe.ledger._writer import (
-    UNSETTLED_EXECUTION,
     Change,
     Claim,
     ClosedExecution,
@@ -470,7 +469,7 @@ class Ledger:
             row = (await conn.execute(statement)).mappings().first()
             if row is not None:
                 self._watch.forget(current.id)
-                await _close_taken_over(conn, [current.id], now)
+                await close_taken_over(conn, [current.id], now, LEASE_EXPIRED)
                 return OperationRecord.from_row(row)
             if self.is_sqlite:
                 return None
@@ -511,7 +510,7 @@ class Ledger:
                     operation_id=current.id, kind=AttemptKind.LOOKUP.value, **row
                 )
             )
-            await _close_executions(conn, [current.id], Status.FAILED, now)
+            await close_executions(conn, [current.id], Status.FAILED, now)
 
     # -- reconciliation ------------------------------------------------------------------
 
@@ -573,7 +572,7 @@ class Ledger:
                 .returning(operations.c.id)
             )
             expired_ids = expired.scalars().all()
-            await _close_taken_over(conn, expired_ids, now)
+            await close_taken_over(conn, expired_ids, now, LEASE_EXPIRED)
             for operation_id in expired_ids:
                 self._watch.forget(operation_id)
             leased = await conn.execute(
@@ -720,7 +719,12 @@ class Ledger:
                     rows.append(
                         await compare_and_set(conn, settlement.current, settlement.changes(), now)
                     )
-            await _close_settled(conn, settlements, rows, now)
+            landed = [
+                (settlement.current.id, settlement.status)
+                for settlement, row in zip(settlements, rows, strict=True)
+                if row is not None
+            ]
+            await close_settled(conn, landed, now)
             audited = [
                 _attempt_row(settlement, now)
                 for settlement, row in zip(settlements, rows, strict=True)
@@ -855,81 +859,6 @@ async def _compare_and_set_many(
         for row in (await conn.execute(statement)).mappings()
     }
     return [found.get(settlement.current.id) for settlement in settlements]
-
-
-# -- the record of superseded executions ---------------------------------------------------
-
-TAKEN_OVER = dumps_json(
-    {"closed_by": "takeover", "reason": "the lease ran out before the execution reported"}
-)
-"""Evidence of an execution attempt closed because its lease was taken over."""
-
-_SETTLES_EXECUTION = frozenset({Status.SUCCEEDED, Status.FAILED})
-"""Statuses whose settlement also closes the execution it establishes the truth of."""
-
-
-def _open_executions(ids: Sequence[int], outcomes: Sequence[str]) -> ColumnElement[bool]:
-    """The current execution attempt of each operation in `ids`, while its outcome is one of
-    `outcomes` (an earlier execution's record is its own)."""
-    current = (
-        select(operations.c.executions)
-        .where(operations.c.id == attempts.c.operation_id)
-        .scalar_subquery()
-    )
-    return and_(
-        attempts.c.operation_id.in_(ids),
-        attempts.c.kind == AttemptKind.EXECUTION.value,
-        attempts.c.execution == current,
-        attempts.c.outcome.in_(outcomes),
-    )
-
-
-async def _close_taken_over(
-    conn: AsyncConnection, ids: Sequence[int], now: ColumnElement[datetime] | datetime
-) -> None:
-    """Close the execution attempts whose leases were just taken over: their outcome is unknown,
-    and the takeover is the evidence. Their owner, if it reports after all, is fenced off and
-    records `fenced` with its own evidence."""
-    if ids:
-        await conn.execute(
-            update(attempts)
-            .where(_open_executions(ids, [Status.IN_FLIGHT.value]))
-            .values(
-                outcome=Status.OUTCOME_UNKNOWN.value,
-                code=LEASE_EXPIRED,
-                evidence=TAKEN_OVER,
-                finished_at=now,
-            )
-        )
-
-
-async def _close_settled(
-    conn: AsyncConnection,
-    settlements: Sequence[Settlement],
-    rows: Sequence[OperationRecord | None],
-    now: datetime,
-) -> None:
-    """An execution still open or unknown when a lookup or an operator settles its operation
-    ends as the operation does: `succeeded` (the effect was found) or `failed` (no effect)."""
-    for status in _SETTLES_EXECUTION:
-        ids = [
-            settlement.current.id
-            for settlement, row in zip(settlements, rows, strict=True)
-            if row is not None and settlement.status is status
-        ]
-        await _close_executions(conn, ids, status, now)
-
-
-async def _close_executions(
-    conn: AsyncConnection, ids: Sequence[int], status: Status, now: datetime
-) -> None:
-    """End the unsettled current execution of each operation in `ids` as `status`."""
-    if ids:
-        await conn.execute(
-            update(attempts)
-            .where(_open_executions(ids, UNSETTLED_EXECUTION))
-            .values(outcome=status.value, finished_at=func.coalesce(attempts.c.finished_at, now))
-        )
 
 
 _ATTEMPT_COLUMNS = tuple(column.name for column in attempts.columns if column.name != "id")
