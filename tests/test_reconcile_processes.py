@@ -157,6 +157,27 @@ def test_a_worker_killed_after_the_commit_is_reconciled_by_the_cli(
     assert run_sync(deployment.shop.lookups_by_reference()) == {"ord-kill": 1}
 
 
+@pytest.mark.parametrize(
+    "backend", ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)]
+)
+def test_one_reconcile_once_takes_over_every_crashed_lease(deployment: Deployment) -> None:
+    # 40 crashed leases are two and a half batches of 16: a cron job's one pass takes them all.
+    keys = [f"c{n:02d}" for n in range(40)]
+    run_sync(_seed_unknown(deployment, keys, crashed=True))
+    run_sync(deployment.shop.seed(keys[::2], "A1"))
+
+    once = deployment.run(str(WRITESAFE), "reconcile", "tests.apps.shop_app:ws", "--once", "--json")
+
+    assert once.returncode == 0, once.stderr
+    report = json.loads(once.stdout)
+    assert {k: report[k] for k in ("examined", "found", "absent", "expired_leases")} == {
+        "examined": 40,
+        "found": 20,
+        "absent": 20,
+        "expired_leases": 40,
+    }
+
+
 OPERATIONS = 500
 
 
@@ -340,10 +361,18 @@ async def _operation(deployment: Deployment, key: str) -> dict[str, Any]:
     }
 
 
-async def _seed_unknown(deployment: Deployment, keys: list[str]) -> None:
-    """Operations whose execution was sent a minute ago and whose outcome is unknown."""
+async def _seed_unknown(deployment: Deployment, keys: list[str], *, crashed: bool = False) -> None:
+    """Operations whose execution was sent a minute ago and whose outcome is unknown; or, if
+    `crashed`, still `in_flight` under a lease that ran out 59 s ago (its worker died)."""
     now = datetime.now(UTC)
     sent = now - timedelta(minutes=1)
+    crash = {
+        "status": Status.IN_FLIGHT.value,
+        "lease_owner": "dead-worker",
+        "lease_expires_at": sent + timedelta(seconds=1),
+        "last_code": None,
+        "next_check_at": None,
+    }
     rows = [
         {
             "scope": "default",
@@ -361,6 +390,7 @@ async def _seed_unknown(deployment: Deployment, keys: list[str]) -> None:
             "next_check_at": sent,
             "created_at": sent,
             "updated_at": sent,
+            **(crash if crashed else {}),
         }
         for key in keys
     ]
