@@ -289,6 +289,35 @@ def test_two_reconcilers_and_a_service_look_each_operation_up_once(
     assert run_sync(_ledger_view(deployment))["lookups_per_operation"] == {1: len(keys)}
 
 
+@pytest.mark.parametrize("backend", ["sqlite"])
+def test_a_service_that_made_a_pass_leaves_the_sqlite_ledger_to_the_cli(
+    deployment: Deployment,
+) -> None:
+    run_sync(_seed_unknown(deployment, ["k1", "k2"]))
+    run_sync(deployment.shop.seed(["k1"], "A1"))
+    token = run_sync(_admin_token(deployment))
+    port, app = _free_port(), "tests.apps.shop_app:ws"
+    service = deployment.spawn(
+        str(WRITESAFE), "serve", app, "--host", "127.0.0.1", "--port", str(port)
+    )
+    base = f"http://127.0.0.1:{port}"
+    try:
+        _wait_until_healthy(service, base)
+        headers = {"Authorization": f"Bearer {token}"}
+        answer = httpx.post(f"{base}/v1/reconcile", headers=headers, json={"limit": 1})
+        assert answer.status_code == 200, answer.text
+        assert answer.json()["examined"] == 1
+
+        # The service still runs: its pass is over, so the cron job's pass may run.
+        once = deployment.run(str(WRITESAFE), "reconcile", app, "--once", "--json")
+
+        assert once.returncode == 0, once.stderr
+        assert json.loads(once.stdout)["examined"] == 1
+    finally:
+        service.send_signal(signal.SIGTERM)
+        service.communicate(timeout=60)
+
+
 def _free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
