@@ -1,10 +1,21 @@
-"""Prometheus metrics of the guard (exposed by the service's /metrics)."""
+"""Prometheus metrics of the guard (exposed by the service's /metrics).
+
+prometheus-client comes with the `service` extra; without it the metrics count nothing
+(`_uncounted`), since nothing in the core reads them.
+"""
 
 from __future__ import annotations
 
 from functools import cache
+from typing import TYPE_CHECKING
 
-from prometheus_client import Counter, Histogram
+if TYPE_CHECKING:
+    from prometheus_client import Counter, Histogram
+else:
+    try:
+        from prometheus_client import Counter, Histogram
+    except ModuleNotFoundError:
+        from writesafe.idempotency._uncounted import Counter, Histogram
 
 CALLS = Counter(
     "writesafe_calls_total",

@@ -19,7 +19,8 @@ import redis
 from celery import Celery, Task
 
 from tests.conftest import REDIS_URL
-from writesafe import Status, WriteSafe, WriteSafeError, idempotent_task
+from writesafe import Status, WriteSafe, WriteSafeError
+from writesafe.contrib.celery import idempotent_task
 from writesafe.ledger import AttemptKind
 
 ROOT = Path(__file__).resolve().parent.parent

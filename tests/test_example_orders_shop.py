@@ -18,7 +18,8 @@ from fastapi import FastAPI
 from examples.orders import downstream, gateway, shop
 from tests.conftest import MakeWriteSafe
 from tests.loopback import on_loopback
-from writesafe import REPLAYED_HEADER, Found, NotFound, WriteSafe
+from writesafe import Found, NotFound, WriteSafe
+from writesafe.contrib.fastapi import REPLAYED_HEADER
 from writesafe.ledger import ManualClock
 from writesafe.reconciler import PROBLEM_MEDIA_TYPE, from_problem
 

@@ -15,14 +15,8 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel
 
 from tests.conftest import MakeWriteSafe
-from writesafe import (
-    REPLAYED_HEADER,
-    Found,
-    ToolError,
-    WriteSafe,
-    add_problem_handlers,
-    idempotent_route,
-)
+from writesafe import Found, ToolError, WriteSafe
+from writesafe.contrib.fastapi import REPLAYED_HEADER, add_problem_handlers, idempotent_route
 from writesafe.ledger import ManualClock
 from writesafe.reconciler import PROBLEM_MEDIA_TYPE, from_problem
 
@@ -224,6 +218,25 @@ async def test_a_key_still_in_flight_is_409_with_retry_after(make_ws: MakeWriteS
     assert shop.effects == ["A1"]
 
 
+async def test_an_in_flight_duplicate_is_409_at_once_by_default(make_ws: MakeWriteSafe) -> None:
+    """The IETF draft's answer: the route asks for no wait, so the WriteSafe's own (a minute,
+    which its Python callers would wait) does not hold the duplicate; the first is held until
+    the duplicate has its answer, so a duplicate that waited would never get one in time."""
+    shop = Shop(make_ws(wait_timeout=60.0))
+    shop.gate = asyncio.Event()
+    async with shop.client() as client:
+        first = asyncio.create_task(client.post("/orders", json=ORDER, headers=key("now")))
+        await shop.started.wait()
+        second = client.post("/orders", json=ORDER, headers=key("now"))
+        try:
+            answer = await asyncio.wait_for(second, timeout=30)
+        finally:
+            shop.gate.set()
+        assert_problem(answer, 409, "IN_PROGRESS")
+        assert (await first).status_code == 201
+    assert shop.effects == ["A1"]
+
+
 async def test_two_workers_with_one_key_execute_once(make_ws: MakeWriteSafe) -> None:
     """Two app instances (own WriteSafe, own pools) meet only in the stores."""
     workers = [make_ws(), make_ws()]
@@ -276,11 +289,11 @@ async def test_failures_are_problems_and_replay_unchanged(
     client: httpx.AsyncClient, shop: Shop
 ) -> None:
     refused = await client.post("/orders", json={"sku": "unknown"}, headers=key("u"))
-    body = assert_problem(refused, 422, "INPUT_INVALID")
-    assert body["message"] == "no such sku"
+    body = assert_problem(refused, 404, "INPUT_INVALID")  # the endpoint's own status
+    assert (body["message"], body["cause"]) == ("no such sku", "http_404")
     assert body["operation"]["status"] == "failed"
     again = await client.post("/orders", json={"sku": "unknown"}, headers=key("u"))
-    assert again.content == refused.content
+    assert (again.status_code, again.content) == (404, refused.content)
 
 
 async def test_retryable_failures_are_retried_inside_the_request(make_ws: MakeWriteSafe) -> None:

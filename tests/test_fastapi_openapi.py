@@ -22,9 +22,10 @@ from hypothesis import strategies as st
 from jsonschema import Draft202012Validator
 from pydantic import BaseModel
 
-from writesafe import ToolError, WriteSafe, WriteSafeError, add_problem_handlers, idempotent_route
+from writesafe import ToolError, WriteSafe, WriteSafeError
+from writesafe.contrib._route_openapi import KEY_PATTERN
+from writesafe.contrib.fastapi import add_problem_handlers, idempotent_route
 from writesafe.idempotency._header import parse_idempotency_key
-from writesafe.idempotency._route_openapi import KEY_PATTERN
 from writesafe.ledger import ManualClock
 from writesafe.reconciler import PROBLEM_MEDIA_TYPE
 

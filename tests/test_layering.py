@@ -2,8 +2,9 @@
 
 Every module imports the packages by their installed names (`writesafe.ledger`, never bare `ledger`:
 other distributions on PyPI own the bare names). The entry floor, `writesafe/` (the public face, the
-CLI and the service), may import all three; `idempotency` must not import the floor (the public
-face imports it: that would be a cycle).
+CLI, the service and the framework integrations in `writesafe.contrib`), may import all three;
+`idempotency` must not import the floor (the public face imports it: that would be a cycle). The
+integrations run inside the user's app: they import the core, never the CLI or the service.
 """
 
 from __future__ import annotations
@@ -22,21 +23,20 @@ FORBIDDEN = {
     "reconciler": {"idempotency", "entry"},
     "idempotency": {"entry"},
 }
+ENTRY_CLI, ENTRY_SERVICE = ["writesafe", "cli"], ["writesafe", "service"]
 SKIPPED = {"build", "dist", "__pycache__", "node_modules"}  # and hidden ones: .git, .venv*
 
 
 def python_files(directory: Path) -> list[Path]:
-    """The .py files under `directory`, not through the links in writesafe/ to the packages."""
+    """The .py files under `directory`; os.walk does not follow the links in writesafe/ to the
+    packages, so each module is read once, at its own path."""
     found = []
     for base, dirnames, filenames in os.walk(directory):
         here = Path(base)
         dirnames[:] = [
             d
             for d in dirnames
-            if d not in SKIPPED
-            and not d.startswith(".")
-            and not d.endswith(".egg-info")
-            and not (here / d).is_symlink()
+            if d not in SKIPPED and not d.startswith(".") and not d.endswith(".egg-info")
         ]
         found.extend(here / f for f in filenames if f.endswith(".py"))
     return sorted(found)
@@ -78,6 +78,16 @@ def test_imports_point_downward(package: str) -> None:
             m for m in imported_modules(path) if layer(m) in FORBIDDEN[package]
         )
         for path in python_files(ROOT / package)
+    }
+    assert {path: found for path, found in offenders.items() if found} == {}
+
+
+def test_the_integrations_import_neither_the_cli_nor_the_service() -> None:
+    offenders = {
+        str(path.relative_to(ROOT)): sorted(
+            m for m in imported_modules(path) if m.split(".")[:2] in (ENTRY_CLI, ENTRY_SERVICE)
+        )
+        for path in python_files(ROOT / "writesafe" / "contrib")
     }
     assert {path: found for path, found in offenders.items() if found} == {}
 

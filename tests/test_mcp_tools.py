@@ -13,7 +13,8 @@ from mcp.server.mcpserver import Context, MCPServer
 from mcp.types import CallToolResult, TextContent
 
 from tests.conftest import MakeWriteSafe
-from writesafe import ToolError, WriteSafe, add_mcp_tool
+from writesafe import ToolError, WriteSafe
+from writesafe.contrib.mcp import add_mcp_tool
 from writesafe.reconciler import from_call_tool_result
 
 

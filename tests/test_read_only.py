@@ -12,7 +12,8 @@ from mcp.server.mcpserver import MCPServer
 
 from examples.shipment_lookup.adapter import SHIPMENT_ADAPTER
 from tests.conftest import MakeWriteSafe
-from writesafe import WriteSafe, WriteSafeError, add_mcp_tool
+from writesafe import WriteSafe, WriteSafeError
+from writesafe.contrib.mcp import add_mcp_tool
 from writesafe.ledger import ManualClock
 from writesafe.reconciler import DownstreamError
 

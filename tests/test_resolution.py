@@ -18,8 +18,9 @@ from typer.testing import CliRunner
 
 from tests.conftest import run_sync
 from tests.service.support import assert_problem
-from writesafe import REPLAYED_HEADER, WriteSafe, WriteSafeError, idempotent_route
+from writesafe import WriteSafe, WriteSafeError
 from writesafe.cli import app as cli_app
+from writesafe.contrib.fastapi import REPLAYED_HEADER, idempotent_route
 from writesafe.ledger import ApiKeys, Role, Status
 from writesafe.service import create_api_key, create_app
 

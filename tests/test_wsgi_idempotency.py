@@ -19,7 +19,8 @@ import httpx
 import pytest
 
 from tests.apps import wsgi_shops
-from writesafe import REPLAYED_HEADER, WriteSafe
+from writesafe import WriteSafe
+from writesafe.contrib.flask import REPLAYED_HEADER
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -36,7 +37,8 @@ class Answer:
         return body
 
 
-Post = Callable[[str, dict[str, Any], str | None], Answer]
+Post = Callable[[str, dict[str, Any] | bytes, str | None], Answer]
+"""Posts a body as JSON: a dict encoded, bytes as they are (Content-Type: application/json)."""
 
 
 @dataclass
@@ -55,12 +57,18 @@ def _headers(key: str | None) -> dict[str, str]:
     return {} if key is None else {"Idempotency-Key": key}
 
 
+def _json(body: dict[str, Any] | bytes) -> bytes:
+    return body if isinstance(body, bytes) else json.dumps(body).encode()
+
+
 def flask_client(work: Path) -> tuple[Post, WriteSafe]:
     app = wsgi_shops.flask_app(work)
     client = app.test_client()
 
-    def post(path: str, body: dict[str, Any], key: str | None) -> Answer:
-        response = client.post(path, json=body, headers=_headers(key))
+    def post(path: str, body: dict[str, Any] | bytes, key: str | None) -> Answer:
+        response = client.post(
+            path, data=_json(body), content_type="application/json", headers=_headers(key)
+        )
         headers = {name.lower(): value for name, value in response.headers.items()}
         return Answer(response.status_code, headers, response.get_data())
 
@@ -74,9 +82,9 @@ def django_client(work: Path, *, middleware: bool = False) -> tuple[Post, WriteS
 
     client = Client()
 
-    def post(path: str, body: dict[str, Any], key: str | None) -> Answer:
+    def post(path: str, body: dict[str, Any] | bytes, key: str | None) -> Answer:
         response = client.post(
-            f"/{path.lstrip('/')}", json.dumps(body), "application/json", headers=_headers(key)
+            f"/{path.lstrip('/')}", _json(body), "application/json", headers=_headers(key)
         )
         headers = {name.lower(): value for name, value in response.headers.items()}
         return Answer(response.status_code, headers, response.content)
@@ -121,8 +129,9 @@ def gunicorn(framework: str, work: Path) -> Iterator[Post]:
                     assert time.monotonic() < deadline, "gunicorn did not start"
                     time.sleep(0.1)
 
-            def post(path: str, body: dict[str, Any], key: str | None) -> Answer:
-                response = client.post(path, json=body, headers=_headers(key))
+            def post(path: str, body: dict[str, Any] | bytes, key: str | None) -> Answer:
+                headers = {**_headers(key), "Content-Type": "application/json"}
+                response = client.post(path, content=_json(body), headers=headers)
                 return Answer(response.status_code, dict(response.headers), response.content)
 
             yield post
@@ -201,6 +210,35 @@ def test_a_key_still_in_flight_is_409_in_progress_with_retry_after(shop: Shop) -
     assert shop.effects("slow-1") == 1
 
 
+def test_malformed_json_is_400_before_any_operation_exists(shop: Shop) -> None:
+    bad = shop.post("/orders", b'{"sku": "A1",', "malformed-1")
+
+    assert bad.status == 400
+    problem = bad.problem()
+    assert (problem["code"], problem["field"], problem["status"]) == ("INPUT_INVALID", "body", 400)
+    assert problem.get("operation") is None
+    # Nothing was recorded under the key: the corrected request is its first.
+    fixed = shop.post("/orders", {"sku": "A1"}, "malformed-1")
+    assert (fixed.status, REPLAYED_HEADER.lower() in fixed.headers) == (201, False)
+    assert shop.effects("malformed-1") == 1
+
+
+def test_a_views_own_400_keeps_its_status_and_replays_so(shop: Shop) -> None:
+    refused = shop.post("/orders", {"qty": 1}, "refused-1")
+    again = shop.post("/orders", {"qty": 1}, "refused-1")
+
+    assert refused.status == again.status == 400
+    problem = refused.problem()
+    assert (problem["code"], problem["status"], problem["cause"]) == (
+        "INPUT_INVALID",
+        400,
+        "http_400",
+    )
+    assert problem["message"] == "sku is required"
+    assert again.content == refused.content
+    assert shop.effects("refused-1") == 0
+
+
 @pytest.mark.parametrize("key", [None, '"unterminated', "two words", '"bad \\x escape"'])
 def test_a_missing_or_malformed_key_is_400_and_nothing_runs(shop: Shop, key: str | None) -> None:
     before = shop.effects()
@@ -217,7 +255,8 @@ def test_a_missing_or_malformed_key_is_400_and_nothing_runs(shop: Shop, key: str
 
 
 def test_an_async_view_is_refused_when_it_is_decorated(tmp_path: Path) -> None:
-    from writesafe import idempotent_django_view, idempotent_flask_view
+    from writesafe.contrib.django import idempotent_django_view
+    from writesafe.contrib.flask import idempotent_flask_view
 
     ws = WriteSafe(f"sqlite+aiosqlite:///{tmp_path / 'ledger.db'}")
 

@@ -23,7 +23,8 @@ from mcp.server.mcpserver import MCPServer
 from pydantic import Field
 
 from examples.orders.gateway import ADAPTER, Order, OrderGateway, Refund, client
-from writesafe import WriteSafe, add_mcp_tool
+from writesafe import WriteSafe
+from writesafe.contrib.mcp import add_mcp_tool
 
 DOWNSTREAM_URL = os.environ.get("SHOP_DOWNSTREAM_URL", "http://127.0.0.1:8001")
 DOWNSTREAM_TIMEOUT = float(os.environ.get("SHOP_DOWNSTREAM_TIMEOUT", "2.0"))

@@ -22,7 +22,8 @@ from fastapi import FastAPI, Header
 from pydantic import BaseModel, Field
 
 from examples.orders.gateway import ADAPTER, Order, OrderGateway, Refund, client
-from writesafe import WriteSafe, add_problem_handlers, idempotent_route
+from writesafe import WriteSafe
+from writesafe.contrib.fastapi import add_problem_handlers, idempotent_route
 
 DOWNSTREAM_URL = os.environ.get("SHOP_DOWNSTREAM_URL", "http://127.0.0.1:8001")
 DOWNSTREAM_TIMEOUT = float(os.environ.get("SHOP_DOWNSTREAM_TIMEOUT", "2.0"))

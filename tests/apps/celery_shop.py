@@ -20,7 +20,8 @@ from typing import Any
 from celery import Celery, Task
 from celery.signals import task_postrun
 
-from writesafe import Found, LookupOperation, NotFound, WriteSafe, idempotent_task
+from writesafe import Found, LookupOperation, NotFound, WriteSafe
+from writesafe.contrib.celery import idempotent_task
 
 WORK = Path(os.environ["WRITESAFE_SHOP_WORK"])
 VISIBILITY_TIMEOUT = 3  # seconds before Redis hands an unacknowledged task to another worker

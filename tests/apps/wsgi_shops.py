@@ -1,7 +1,8 @@
 """The same small shop as a Flask app and as a Django app, guarded by `Idempotency-Key`.
 
 `POST /orders` commits an order (a line in `WORK/effects`, naming the operation's key) and
-answers 201 with JSON. `POST /slow` does the same once the file `WORK/release` exists, leaving
+answers 201 with JSON; one without a `sku` the view refuses with its framework's own 400.
+`POST /slow` does the same once the file `WORK/release` exists, leaving
 `WORK/slow-started` behind first, so a test can send a duplicate while it runs. Both servers read
 `WRITESAFE_SHOP_WORK` (the work folder; the ledger is a SQLite file in it) when started as
 
@@ -24,8 +25,10 @@ from typing import Any
 
 from writesafe import WriteSafe
 
-SLOW_WAIT_TIMEOUT = 0.3  # how long a duplicate of a running /slow waits before its 409
 RELEASE_SECONDS = 20.0
+PYTHON_WAIT_TIMEOUT = 60.0
+"""How long the shop's Python callers would wait for a running duplicate: its HTTP doors ask for
+no wait, so a duplicate of a running /slow is 409 at once (it would wait past the release)."""
 
 
 class Shop:
@@ -33,7 +36,9 @@ class Shop:
 
     def __init__(self, work: Path) -> None:
         self.work = work
-        self.ws = WriteSafe(f"sqlite+aiosqlite:///{work / 'ledger.db'}")
+        self.ws = WriteSafe(
+            f"sqlite+aiosqlite:///{work / 'ledger.db'}", wait_timeout=PYTHON_WAIT_TIMEOUT
+        )
 
     def commit(self, order: dict[str, Any]) -> dict[str, Any]:
         operation = WriteSafe.current_operation()
@@ -58,9 +63,9 @@ def _work_from_env() -> Path:
 
 
 def flask_app(work: Path | None = None) -> Any:
-    from flask import Flask, request
+    from flask import Flask, abort, request
 
-    from writesafe import idempotent_flask_view
+    from writesafe.contrib.flask import idempotent_flask_view
 
     shop = Shop(work or _work_from_env())
     app = Flask(__name__)
@@ -69,10 +74,13 @@ def flask_app(work: Path | None = None) -> Any:
     @app.post("/orders")
     @idempotent_flask_view(shop.ws, "flask_orders")
     def orders() -> tuple[dict[str, Any], int]:
-        return shop.commit(request.get_json()), 201
+        order = request.get_json()
+        if not order.get("sku"):
+            abort(400, "sku is required")
+        return shop.commit(order), 201
 
     @app.post("/slow")
-    @idempotent_flask_view(shop.ws, "flask_slow", wait_timeout=SLOW_WAIT_TIMEOUT)
+    @idempotent_flask_view(shop.ws, "flask_slow")
     def slow() -> tuple[dict[str, Any], int]:
         return shop.commit_slowly(request.get_json()), 201
 
@@ -98,9 +106,10 @@ def configure_django(work: Path, *, middleware: bool = False) -> None:
     global current
     import django
     from django.conf import settings
+    from django.core.exceptions import BadRequest
     from django.http import HttpRequest, JsonResponse
 
-    from writesafe import idempotent_django_view
+    from writesafe.contrib.django import idempotent_django_view
 
     if not settings.configured:
         settings.configure(
@@ -116,18 +125,21 @@ def configure_django(work: Path, *, middleware: bool = False) -> None:
     shop = current = Shop(work)
 
     def orders(request: HttpRequest) -> JsonResponse:
-        return JsonResponse(shop.commit(json.loads(request.body)), status=201)
+        order = json.loads(request.body)
+        if not order.get("sku"):
+            raise BadRequest("sku is required")
+        return JsonResponse(shop.commit(order), status=201)
 
     def slow(request: HttpRequest) -> JsonResponse:
         return JsonResponse(shop.commit_slowly(json.loads(request.body)), status=201)
 
     if middleware:
-        settings.MIDDLEWARE = ["writesafe.IdempotencyMiddleware"]
+        settings.MIDDLEWARE = ["writesafe.contrib.django.IdempotencyMiddleware"]
         settings.WRITESAFE_IDEMPOTENCY = {
             "writesafe": shop.ws,
             "views": {
                 "orders": {"name": "django.orders", "scope": f"{__name__}.tenant_of"},
-                "/slow": {"name": "django_slow", "wait_timeout": SLOW_WAIT_TIMEOUT},
+                "/slow": {"name": "django_slow"},
             },
         }
         _views.update(orders=orders, slow=slow)
@@ -135,7 +147,7 @@ def configure_django(work: Path, *, middleware: bool = False) -> None:
     settings.MIDDLEWARE = []
     _views.update(
         orders=idempotent_django_view(shop.ws, "django_orders")(orders),
-        slow=idempotent_django_view(shop.ws, "django_slow", wait_timeout=SLOW_WAIT_TIMEOUT)(slow),
+        slow=idempotent_django_view(shop.ws, "django_slow")(slow),
     )
 
 

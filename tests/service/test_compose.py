@@ -25,7 +25,7 @@ from typer.core import TyperGroup
 
 from writesafe import WriteSafe, WriteSafeSettings
 from writesafe.cli import app as cli_app
-from writesafe.service import create_app
+from writesafe.service import ServiceSettings, create_app
 
 ROOT = Path(__file__).resolve().parents[2]
 COMPOSE = ROOT / "compose.yaml"
@@ -34,6 +34,8 @@ WRITESAFE_SERVICES = {"migrate", "api", "worker"}  # those that run the writesaf
 EXAMPLE_SERVICES = {"orders", "shop"}  # the default app's order service, and the shop itself
 VARIABLE = re.compile(r"\$\{(?P<name>[A-Z_]+)(?::-(?P<default>[^}]*)|:\?(?P<error>[^}]*))\}")
 PASSWORD = secrets.token_hex(16)  # what a user puts in .env: the repository has none
+CURSOR_SECRET = secrets.token_hex(16)  # the same
+SECRETS = {"POSTGRES_PASSWORD": PASSWORD, "WRITESAFE_SERVICE_CURSOR_SECRET": CURSOR_SECRET}
 
 
 def documented() -> dict[str, str]:
@@ -69,8 +71,8 @@ def load(env: dict[str, str]) -> dict[str, Any]:
 
 @pytest.fixture(scope="module")
 def compose() -> dict[str, Any]:
-    """compose.yaml as `docker compose up` sees it with a .env that sets just the password."""
-    return load({"POSTGRES_PASSWORD": PASSWORD})
+    """compose.yaml as `docker compose up` sees it with a .env that sets just the two secrets."""
+    return load(SECRETS)
 
 
 def parse(args: list[str]) -> tuple[Any, Any]:
@@ -102,12 +104,14 @@ def test_no_secret_is_in_the_file_and_every_setting_is_documented() -> None:
     )
     with pytest.raises(AssertionError, match="set POSTGRES_PASSWORD"):
         load({})  # no default password: compose refuses to start without one
+    with pytest.raises(AssertionError, match="set WRITESAFE_SERVICE_CURSOR_SECRET"):
+        load({"POSTGRES_PASSWORD": PASSWORD})  # nor without the cursor secret
     defaults = documented()
     for match in VARIABLE.finditer(COMPOSE.read_text()):
         assert match["name"] in defaults, f"{match['name']} is not in .env.example"
         if match["default"] is not None:
             assert defaults[match["name"]] == match["default"], match["name"]
-    assert defaults["POSTGRES_PASSWORD"] == ""  # documented, never given
+    assert defaults["POSTGRES_PASSWORD"] == defaults["WRITESAFE_SERVICE_CURSOR_SECRET"] == ""
     ignored = (
         (ROOT / ".gitignore").read_text().split(),
         (ROOT / ".dockerignore").read_text().split(),
@@ -124,10 +128,10 @@ def test_the_example_services_run_modules_of_the_repository(compose: dict[str, A
         target, *options = service["command"]
         assert options[:2] == ["--host", "0.0.0.0"]
         port = options[options.index("--port") + 1]
-        assert service["ports"] == [f"{port}:{port}"]
+        assert service["ports"] == [f"127.0.0.1:{port}:{port}"]
         module = target.split(":")[0]
         assert (ROOT / Path(*module.split("."))).with_suffix(".py").is_file(), module
-        imported = imports(target, service["environment"])
+        imported = imports(target, service.get("environment", {}))
         assert imported["type"] == "FastAPI"
 
 
@@ -144,8 +148,14 @@ def test_the_default_app_writes_to_and_looks_orders_up_at_the_compose_order_serv
         assert imported["type"] == "WriteSafe"
         assert imported["downstream"] == f"http://orders:{port}"
         assert {"place_order", "refund_order"} <= set(imported["lookups"])
-    for name in ("api", "worker", "shop"):  # their lookups need it answering
-        assert services[name]["depends_on"]["orders"] == {"condition": "service_healthy"}
+    # Their lookups need it answering; only the demo's shop needs it running at all (the API and
+    # the workers of your own app start without the demo profile).
+    for name in ("api", "worker"):
+        assert services[name]["depends_on"]["orders"] == {
+            "condition": "service_healthy",
+            "required": False,
+        }
+    assert services["shop"]["depends_on"]["orders"] == {"condition": "service_healthy"}
     assert "healthcheck" in services["orders"]
 
 
@@ -226,7 +236,7 @@ def test_ports_and_health_checks_agree_with_the_service(compose: dict[str, Any])
     api = compose["services"]["api"]
     _, serve_args = parse(api["command"])
     port = serve_args.params["port"]
-    assert api["ports"] == [f"{port}:{port}"]
+    assert api["ports"] == [f"127.0.0.1:{port}:{port}"]  # plain HTTP: TLS goes in front
     probe = " ".join(api["healthcheck"]["test"])
     url = re.search(r"http://127\.0\.0\.1:(\d+)(/\w+)", probe)
     assert url is not None
@@ -260,8 +270,10 @@ def test_the_environment_is_what_writesafe_reads_and_points_at_the_stores(
     services = compose["services"]
     prefix = WriteSafeSettings.model_config["env_prefix"]
     known = {f"{prefix}{field}".upper() for field in WriteSafeSettings.model_fields}
+    service_prefix = ServiceSettings.model_config["env_prefix"]
+    known |= {f"{service_prefix}{field}".upper() for field in ServiceSettings.model_fields}
     shop = (ROOT / "examples" / "orders" / "shop.py").read_text()
-    for name in WRITESAFE_SERVICES | EXAMPLE_SERVICES:
+    for name in (*WRITESAFE_SERVICES, "shop"):
         env = services[name]["environment"]
         ours = {k for k in env if k.startswith(prefix.upper())}
         assert ours <= known, ours - known
@@ -275,7 +287,11 @@ def test_the_environment_is_what_writesafe_reads_and_points_at_the_stores(
         assert database.database == postgres["POSTGRES_DB"]
         assert env["WRITESAFE_REDIS_URL"].startswith("redis://redis:6379/")
         settings = WriteSafeSettings(
-            **{k.removeprefix(prefix).lower(): v for k, v in env.items() if k in ours}
+            **{
+                k.removeprefix(prefix).lower(): v
+                for k, v in env.items()
+                if k in ours and not k.startswith(service_prefix)
+            }
         )
         assert settings.redis_url == env["WRITESAFE_REDIS_URL"]
 
@@ -285,5 +301,59 @@ def test_the_image_runs_the_console_script() -> None:
     assert 'ENTRYPOINT ["writesafe"]' in dockerfile
     scripts = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["scripts"]
     assert scripts["writesafe"] == "writesafe.cli:main"
-    assert re.search(r"^RUN pip install \.", dockerfile, re.MULTILINE)
+    # The image installs the wheel its build stage made (tests/test_packaging.py checks that
+    # wheel), not the checkout.
+    assert re.search(r"^FROM \S+ AS build$", dockerfile, re.MULTILINE)
+    assert re.search(r"python -m build --outdir /dist", dockerfile)
+    wheel_with_service = r'^RUN pip install "\$\(echo /tmp/\*\.whl\)\[service\]"'  # serve's extra
+    assert re.search(wheel_with_service, dockerfile, re.MULTILINE)
     assert re.search(r"^USER (?!root)\w+", dockerfile, re.MULTILINE)
+
+
+def test_redis_is_bounded_and_evicts_as_the_operations_guide_says(compose: dict[str, Any]) -> None:
+    command = compose["services"]["redis"]["command"]
+    assert command[0] == "redis-server"
+    options = dict(zip(command[1::2], command[2::2], strict=True))
+    assert re.fullmatch(r"\d+(kb|mb|gb)", options["--maxmemory"]), options
+    # The guide's advice names the policies that evict cached answers and never refuse a lease.
+    guide = (ROOT / "docs" / "operations.md").read_text()
+    advice = re.search(r"^- Set `maxmemory`.*?(?=^- )", guide, re.DOTALL | re.MULTILINE)
+    assert advice is not None
+    assert f"**`{options['--maxmemory-policy']}`**" in advice.group()
+    assert options["--maxmemory-policy"] != "noeviction"
+
+
+def test_every_api_replica_seals_cursors_with_the_one_secret(
+    compose: dict[str, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    environment = compose["services"]["api"]["environment"]
+    for name, value in environment.items():
+        monkeypatch.setenv(name, value)
+    secret = ServiceSettings().cursor_secret  # the service reads it under that name
+    assert secret is not None
+    assert secret.get_secret_value() == CURSOR_SECRET
+
+
+def test_the_example_is_a_demo_profile_and_its_fake_service_holds_no_secret(
+    compose: dict[str, Any],
+) -> None:
+    services = compose["services"]
+    for name, service in services.items():
+        assert service.get("profiles") == (["demo"] if name in EXAMPLE_SERVICES else None), name
+    orders = json.dumps(services["orders"])
+    assert "WRITESAFE_" not in orders
+    assert all(secret not in orders for secret in SECRETS.values())
+    for name, service in services.items():  # a plain-HTTP port reaches this host alone
+        assert all(port.startswith("127.0.0.1:") for port in service.get("ports", [])), name
+
+
+def test_the_code_is_installed_by_root_and_run_by_another_user() -> None:
+    """The runtime user reads the installed code and /app, and can change neither: root installs
+    and copies everything, and the user is switched to after the last step."""
+    runtime = re.split(r"^FROM ", (ROOT / "Dockerfile").read_text(), flags=re.MULTILINE)[-1]
+    steps = [line.split()[0] for line in runtime.splitlines() if re.match(r"[A-Z]+ ", line)]
+    assert steps.count("USER") == 1
+    changes = [i for i, step in enumerate(steps) if step in {"RUN", "COPY", "ADD"}]
+    assert steps.index("USER") > max(changes)
+    assert re.search(r"^USER (?!root\b)\w+$", runtime, re.MULTILINE)
+    assert not re.search(r"chown|chmod|--chmod", runtime)

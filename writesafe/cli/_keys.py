@@ -10,6 +10,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from writesafe._extras import MissingExtra
 from writesafe.cli._exit import ExitCode
 from writesafe.cli._loading import app_or_settings, fail
 from writesafe.cli._options import AppOption, DatabaseUrlOption, JsonOption, SchemaOption
@@ -49,8 +50,11 @@ def create(
     as_json: JsonOption = False,
 ) -> None:
     """Create a key and print it once: only its SHA-256 is stored, it cannot be shown again."""
-    # The service package loads FastAPI (most of a second): only the commands that need it.
-    from writesafe.service import create_api_key
+    try:
+        # The service package loads FastAPI (most of a second): only the commands that need it.
+        from writesafe.service import create_api_key
+    except MissingExtra as missing:
+        raise fail(str(missing), ExitCode.USAGE) from None
 
     ws = app_or_settings(app, database_url, schema)
     record, token = _run(

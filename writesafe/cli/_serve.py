@@ -7,15 +7,14 @@ command with its exit code instead of a service that answers 503 to everything.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import signal
-from collections.abc import Iterator
 from typing import Annotated
 
 import typer
-import uvicorn
 
-from writesafe.cli._loading import load_app
+from writesafe._extras import MissingExtra
+from writesafe.cli._exit import ExitCode
+from writesafe.cli._loading import fail, load_app
 from writesafe.cli._options import AppArgument
 from writesafe.cli._runner import run
 from writesafe.idempotency import WriteSafe, configure_logging
@@ -45,20 +44,6 @@ JsonLogsOption = Annotated[
 ]
 
 
-class _Server(uvicorn.Server):
-    """uvicorn re-raises SIGTERM after its graceful shutdown, which kills the process before the
-    ledger is closed; the command stops the server on its own signal handlers instead."""
-
-    @contextlib.contextmanager
-    def capture_signals(self) -> Iterator[None]:
-        yield
-
-    def stop(self) -> None:
-        # The first signal drains the connections; a second one stops at once.
-        self.force_exit = self.should_exit
-        self.should_exit = True
-
-
 def serve(
     app: AppArgument,
     host: HostOption = "127.0.0.1",
@@ -68,18 +53,20 @@ def serve(
 ) -> None:
     """Serve the HTTP API for your WriteSafe until SIGINT/SIGTERM (API keys: `writesafe keys`).
     Exit 3 if the ledger cannot be reached, 1 if its schema is not current."""
-    # The service package loads FastAPI (most of a second): only the commands that need it.
-    from writesafe.service import create_app
+    try:
+        # The service package loads FastAPI (most of a second): only the commands that need it.
+        from writesafe.cli._uvicorn import server as service_server
+        from writesafe.service import create_app
+    except MissingExtra as missing:
+        raise fail(str(missing), ExitCode.USAGE) from None
 
     ws = load_app(app)
     if json_logs:
         configure_logging(json=True)
-    config = uvicorn.Config(
-        create_app(ws), host=host, port=port, log_level=log_level.lower(), server_header=False
-    )
+    service = create_app(ws)
 
     async def serve_until_stopped(ws: WriteSafe) -> None:
-        server = _Server(config)
+        server = service_server(service, host=host, port=port, log_level=log_level.lower())
         loop = asyncio.get_running_loop()
         for signum in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(signum, server.stop)

@@ -14,19 +14,24 @@ import threading
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from django.conf import settings
-from django.core.exceptions import (
-    BadRequest,
-    ImproperlyConfigured,
-    PermissionDenied,
-    SuspiciousOperation,
-)
-from django.http import Http404, HttpRequest, HttpResponse
-from django.http.response import HttpResponseBase
-from django.utils.module_loading import import_string
+from writesafe._extras import MissingExtra
 
-from writesafe.idempotency._header import HEADER
-from writesafe.idempotency._http import (
+try:
+    from django.conf import settings
+    from django.core.exceptions import (
+        BadRequest,
+        ImproperlyConfigured,
+        PermissionDenied,
+        SuspiciousOperation,
+    )
+    from django.http import Http404, HttpRequest, HttpResponse
+    from django.http.response import HttpResponseBase
+    from django.utils.module_loading import import_string
+except ModuleNotFoundError as missing:
+    raise MissingExtra(__name__, "django", missing) from missing
+
+from writesafe.contrib._http import (
+    REPLAYED_HEADER,
     GuardedView,
     Refusal,
     StoredResponse,
@@ -34,9 +39,12 @@ from writesafe.idempotency._http import (
     json_body,
     request_payload,
 )
+from writesafe.idempotency._header import HEADER
 from writesafe.idempotency._keys import DEFAULT_SCOPE
 from writesafe.idempotency._writesafe import WriteSafe
 from writesafe.reconciler import Adapter, LookupOperation, LookupResult
+
+__all__ = ["REPLAYED_HEADER", "IdempotencyMiddleware", "idempotent_django_view"]
 
 View = TypeVar("View", bound=Callable[..., HttpResponseBase])
 
@@ -65,7 +73,8 @@ def idempotent_django_view(
     the caller's scope (e.g. the tenant of `request.user`). Without a key the view answers 400,
     unless `required=False`, which runs it unguarded. `lookup(op)` returns `Found(body)` when an
     unknown outcome's effect exists downstream. Other `options` are the bounds of `ws.tool`
-    (timeout, wait_timeout, ...). The view must answer JSON (e.g. a `JsonResponse`). API clients
+    (timeout, ...); a duplicate of a running request is 409 at once unless `wait_timeout=` asks
+    it to wait that long first. The view must answer JSON (e.g. a `JsonResponse`). API clients
     send no CSRF token: put `csrf_exempt` above it where that is what you mean.
     """
 
@@ -189,7 +198,12 @@ def _guarded_response(
 
     key = request.headers.get(HEADER)
     answer = guard.answer(
-        [] if key is None else [key], lambda: _payload(request), respond, scope=scope
+        [] if key is None else [key],
+        lambda: _payload(request),
+        respond,
+        scope=scope,
+        content_type=request.content_type,
+        raw_body=request.body,
     )
     if answer is None:
         return view()

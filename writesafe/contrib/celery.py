@@ -18,11 +18,18 @@ from collections.abc import Callable
 from contextvars import ContextVar
 from typing import Any, TypeVar
 
-from celery import current_task
+from writesafe._extras import MissingExtra
+
+try:
+    from celery import current_task
+except ModuleNotFoundError as missing:
+    raise MissingExtra(__name__, "celery", missing) from missing
 
 from writesafe.idempotency._errors import WriteSafeError, invalid_input
 from writesafe.idempotency._writesafe import WriteSafe
 from writesafe.reconciler import Code, LookupOperation, LookupResult
+
+__all__ = ["idempotent_task"]
 
 F = TypeVar("F", bound=Callable[..., Any])
 

@@ -10,9 +10,9 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException
 
+from writesafe.contrib._http import Refusal, problem
+from writesafe.contrib._route_openapi import document_problems
 from writesafe.idempotency._errors import WriteSafeError, invalid_input
-from writesafe.idempotency._http import Refusal, problem
-from writesafe.idempotency._route_openapi import document_problems
 from writesafe.reconciler import ErrorEnvelope
 
 

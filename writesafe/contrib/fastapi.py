@@ -14,13 +14,17 @@ from collections.abc import Awaitable, Callable
 from contextvars import ContextVar
 from typing import TYPE_CHECKING, Annotated, Any
 
-from fastapi import Depends, Header, Request, Response
-from fastapi.routing import APIRoute, serialize_response
+from writesafe._extras import MissingExtra
 
-from writesafe.idempotency._errors import WriteSafeError
-from writesafe.idempotency._header import HEADER, parse_idempotency_key
-from writesafe.idempotency._http import (
+try:
+    from fastapi import Depends, Header, Request, Response
+    from fastapi.routing import APIRoute, serialize_response
+except ModuleNotFoundError as missing:
+    raise MissingExtra(__name__, "fastapi", missing) from missing
+
+from writesafe.contrib._http import (
     MALFORMED_KEY_STATUS,
+    REPLAYED_HEADER,
     RefusalAdapter,
     StoredResponse,
     body_payload,
@@ -28,14 +32,23 @@ from writesafe.idempotency._http import (
     json_body,
     request_payload,
     stored_answer,
+    tool_options,
 )
-from writesafe.idempotency._http_errors import http_exception_refusal, problem_response
+from writesafe.contrib._http_errors import (
+    add_problem_handlers,
+    http_exception_refusal,
+    problem_response,
+)
+from writesafe.contrib._route_openapi import GUARDED
+from writesafe.idempotency._errors import WriteSafeError
+from writesafe.idempotency._header import HEADER, parse_idempotency_key
 from writesafe.idempotency._keys import DEFAULT_SCOPE
-from writesafe.idempotency._route_openapi import GUARDED
 from writesafe.reconciler import DEFAULT_ADAPTER, Adapter
 
 if TYPE_CHECKING:
     from writesafe.idempotency._writesafe import WriteSafe
+
+__all__ = ["REPLAYED_HEADER", "add_problem_handlers", "idempotent_route"]
 
 Endpoint = Callable[..., Awaitable[Any]]
 
@@ -82,7 +95,9 @@ def idempotent_route(
     the ledger. `scope` is a FastAPI dependency returning the caller's scope, e.g. the tenant of
     the authenticated user. Without a key the route answers 400, unless `required=False`, which
     runs it unguarded. `lookup(operation)` returns `Found(body)` when the effect of an unknown
-    outcome exists downstream. Other `options` are the bounds of `ws.tool` (timeout, ...).
+    outcome exists downstream. Other `options` are the bounds of `ws.tool` (timeout, ...); a
+    duplicate of a running request is 409 at once unless `wait_timeout=` asks it to wait that
+    long first. The endpoint's own `HTTPException(4xx)` keeps its status.
     `add_problem_handlers(app)` makes the app's OpenAPI document the header and the problems
     the route answers (400, 409, 422, 502, 503, 504) as they are.
     """
@@ -95,7 +110,7 @@ def idempotent_route(
             name or endpoint.__name__,
             lookup=None if lookup is None else found_bodies(lookup),
             adapter=RefusalAdapter(adapter or DEFAULT_ADAPTER, http_exception_refusal),
-            **options,
+            **tool_options(options),
         )(_run_endpoint)
 
         async def guarded(**values: Any) -> Any:

@@ -11,11 +11,16 @@ import functools
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from flask import Response, current_app, request
-from werkzeug.exceptions import HTTPException
+from writesafe._extras import MissingExtra
 
-from writesafe.idempotency._header import HEADER
-from writesafe.idempotency._http import (
+try:
+    from flask import Response, current_app, request
+    from werkzeug.exceptions import HTTPException
+except ModuleNotFoundError as missing:
+    raise MissingExtra(__name__, "flask", missing) from missing
+
+from writesafe.contrib._http import (
+    REPLAYED_HEADER,
     GuardedView,
     Refusal,
     StoredResponse,
@@ -23,9 +28,12 @@ from writesafe.idempotency._http import (
     json_body,
     request_payload,
 )
+from writesafe.idempotency._header import HEADER
 from writesafe.idempotency._keys import DEFAULT_SCOPE
 from writesafe.idempotency._writesafe import WriteSafe
 from writesafe.reconciler import Adapter, LookupOperation, LookupResult
+
+__all__ = ["REPLAYED_HEADER", "idempotent_flask_view"]
 
 View = TypeVar("View", bound=Callable[..., Any])
 
@@ -46,7 +54,9 @@ def idempotent_flask_view(
     ledger; `scope()` returns the caller's scope (e.g. the tenant of `flask.g.user`). Without a
     key the view answers 400, unless `required=False`, which runs it unguarded. `lookup(op)`
     returns `Found(body)` when an unknown outcome's effect exists downstream. Other `options` are
-    the bounds of `ws.tool` (timeout, wait_timeout, ...). The view must answer JSON.
+    the bounds of `ws.tool` (timeout, ...); a duplicate of a running request is 409 at once
+    unless `wait_timeout=` asks it to wait that long first. The view must answer JSON; its own
+    `abort(4xx)` keeps its status.
     """
 
     def decorate(view: View) -> View:
@@ -67,6 +77,8 @@ def idempotent_flask_view(
                 _payload,
                 respond,
                 scope=DEFAULT_SCOPE if scope is None else scope(),
+                content_type=request.content_type,
+                raw_body=request.get_data(cache=True),
             )
             if answer is None:
                 return view(*args, **kwargs)

@@ -15,9 +15,14 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Annotated, Any
 
-from mcp.server.mcpserver import Context, MCPServer
-from mcp.server.mcpserver.utilities.func_metadata import func_metadata
-from mcp.types import CallToolResult, ToolAnnotations
+from writesafe._extras import MissingExtra
+
+try:
+    from mcp.server.mcpserver import Context, MCPServer
+    from mcp.server.mcpserver.utilities.func_metadata import func_metadata
+    from mcp.types import CallToolResult, ToolAnnotations
+except ModuleNotFoundError as missing:
+    raise MissingExtra(__name__, "mcp", missing) from missing
 from pydantic import Field, ValidationError, ValidatorFunctionWrapHandler, WrapValidator
 
 from writesafe.idempotency._arguments import KEY_PARAMETER
@@ -25,6 +30,8 @@ from writesafe.idempotency._errors import WriteSafeError, invalid_input
 from writesafe.idempotency._keys import DEFAULT_SCOPE, MAX_KEY_LENGTH
 from writesafe.idempotency._tool import Tool
 from writesafe.reconciler import to_call_tool_result
+
+__all__ = ["add_mcp_tool"]
 
 META_KEY = "writesafe/operation"
 

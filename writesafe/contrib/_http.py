@@ -6,6 +6,11 @@ answer and every replay are rendered from it, so they are the same bytes; a repl
 `Retry-After`, 422 KEY_REUSED, ...); a missing or malformed key is 400. The request is fingerprinted
 by method, path, query and body, with key order in a JSON body left out. FastAPI (`_fastapi`),
 Flask (`_flask`) and Django (`_django`) only translate their own requests and responses.
+
+Client errors stay client errors: a body declared JSON that is not JSON is 400 before any
+operation exists, an endpoint's own 4xx refusal keeps its status (first answer and replays), and
+a duplicate of a request still running is 409 at once, as the draft has it, unless the route
+asks for a short wait (`wait_timeout=`).
 """
 
 from __future__ import annotations
@@ -13,6 +18,7 @@ from __future__ import annotations
 import hashlib
 import inspect
 import json
+import re
 from collections.abc import Awaitable, Callable, Iterable
 from contextvars import ContextVar
 from dataclasses import dataclass, field
@@ -23,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 from pydantic import BaseModel, ConfigDict
 from pydantic_core import to_jsonable_python
 
-from writesafe.idempotency._errors import WriteSafeError
+from writesafe.idempotency._errors import WriteSafeError, invalid_input
 from writesafe.idempotency._header import parse_idempotency_key
 from writesafe.idempotency._keys import DEFAULT_SCOPE
 from writesafe.reconciler import (
@@ -48,6 +54,11 @@ if TYPE_CHECKING:
 REPLAYED_HEADER = "Idempotent-Replayed"
 JSON_MEDIA_TYPE = "application/json"
 MALFORMED_KEY_STATUS = 400  # the draft's status for a missing or malformed key
+MALFORMED_BODY_STATUS = 400  # a body that cannot be read at all, as FastAPI's own answer
+IN_FLIGHT_WAIT_SECONDS = 0.0
+"""How long a duplicate of a running request waits for it by default: not at all, so it gets
+its 409 at once (the draft's answer; a client's retry loop does the waiting). A route's own
+`wait_timeout=` asks for a short wait instead."""
 
 # A refusal the endpoint raised with one of these statuses was made before writing anything:
 # that is what a 4xx (or a 503) says in HTTP. Other 4xx are INPUT_INVALID.
@@ -87,6 +98,26 @@ def body_payload(raw: bytes) -> Any:
         return {"json": json.loads(raw)}
     except (ValueError, RecursionError):
         return {"sha256": hashlib.sha256(raw).hexdigest(), "bytes": len(raw)}
+
+
+def malformed_json(content_type: str | None, raw: bytes) -> HttpAnswer | None:
+    """The 400 for a body its Content-Type declares JSON that is not JSON, before any operation
+    exists (the view would fail parsing it, and that failure would say nothing about effects);
+    None for any other body."""
+    media_type = (content_type or "").split(";", 1)[0].strip().lower()
+    if not raw or not (media_type == JSON_MEDIA_TYPE or media_type.endswith("+json")):
+        return None
+    try:
+        json.loads(raw)
+    except (ValueError, RecursionError):
+        error = invalid_input("body", "the body is not valid JSON")
+        return problem_answer(error.envelope, status=MALFORMED_BODY_STATUS)
+    return None
+
+
+def tool_options(options: dict[str, Any]) -> dict[str, Any]:
+    """A route's options for `ws.tool`: an in-flight duplicate waits only when asked."""
+    return {"wait_timeout": IN_FLIGHT_WAIT_SECONDS, **options}
 
 
 def json_body(raw: bytes) -> Any:
@@ -133,12 +164,29 @@ class Refusal:
 REQUEST_FIELD = "request"
 """The field of an endpoint's 4xx refusal: the request as a whole, which is all it names."""
 
+_REFUSED_CAUSE = re.compile(r"http_(4\d\d)")
+
+
+def refused_cause(status: int) -> str:
+    """The envelope's cause for an endpoint's 4xx refusal: its status, which the stored envelope
+    keeps so that the first answer and every replay say the status the endpoint chose."""
+    return f"http_{status}"
+
+
+def refused_status(envelope: ErrorEnvelope) -> int | None:
+    """The status an endpoint's own 4xx refusal chose (`refused_cause`), or None."""
+    match = _REFUSED_CAUSE.fullmatch(envelope.cause or "")
+    if envelope.code != Code.INPUT_INVALID or match is None:
+        return None
+    return int(match[1])
+
 
 class RefusalAdapter:
     """Classifies an endpoint's HTTP refusals (`refusal(error)`); everything else goes to `inner`.
 
     401/403/429/503 become their codes (with Retry-After), other 4xx INPUT_INVALID naming the
-    `request` as the input at fault (a refusal says no more). A 5xx other than 503 says nothing
+    `request` as the input at fault (a refusal says no more), with the status as its cause
+    (`refused_cause`: answered with that status, not 422). A 5xx other than 503 says nothing
     about side effects, so it is left to `inner` (fail closed by default).
     """
 
@@ -160,7 +208,10 @@ class RefusalAdapter:
             else parse_retry_after(refusal.retry_after, now=datetime.now(UTC))
         )
         field = REQUEST_FIELD if codes.verdict(code).names_field else None
-        envelope = codes.envelope(code, detail, field=field, retry_after_ms=retry_after)
+        cause = refused_cause(refusal.status) if code == Code.INPUT_INVALID else None
+        envelope = codes.envelope(
+            code, detail, field=field, retry_after_ms=retry_after, cause=cause
+        )
         return Classification(envelope, {**exception_evidence(error), "status": refusal.status})
 
 
@@ -169,8 +220,10 @@ class RefusalAdapter:
 
 def problem(envelope: ErrorEnvelope, *, status: int | None = None) -> Problem:
     """The envelope as problem+json (`reconciler.to_problem`); `status` overrides the code's own
-    where HTTP is more specific (a malformed request is 400 rather than 422)."""
+    where HTTP is more specific (a malformed request is 400 rather than 422), as does the status
+    of an endpoint's own refusal (`refused_status`)."""
     rendered = to_problem(envelope)
+    status = status or refused_status(envelope)
     if status is None or status == rendered.status:
         return rendered
     body = {**rendered.body, "status": status, "title": HTTPStatus(status).phrase}
@@ -262,7 +315,7 @@ class GuardedView:
             name or view.__name__,
             lookup=None if lookup is None else _sync_found_bodies(lookup),
             adapter=RefusalAdapter(adapter or DEFAULT_ADAPTER, refusal),
-            **options,
+            **tool_options(options),
         )(_run_view)
 
     def answer(
@@ -272,15 +325,21 @@ class GuardedView:
         respond: Respond,
         *,
         scope: str = DEFAULT_SCOPE,
+        content_type: str | None = None,
+        raw_body: bytes = b"",
     ) -> HttpAnswer | None:
         """The guarded answer to a request; None when it carries no key and needs none (the
-        view then runs unguarded)."""
+        view then runs unguarded). A body `content_type` declares JSON that is not is refused
+        here, before any operation exists (`malformed_json`)."""
         try:
             key = parse_idempotency_key(key_headers, required=self.required)
         except WriteSafeError as error:
             return problem_answer(error.envelope, status=MALFORMED_KEY_STATUS)
         if key is None:
             return None
+        malformed = malformed_json(content_type, raw_body)
+        if malformed is not None:
+            return malformed
         token = _pending.set(respond)
         try:
             invocation = self.tool.invoke((payload(),), {}, key=key, scope=scope)
