@@ -91,7 +91,7 @@ async def replay_gate(
     if isinstance(verdict, ProvenAbsent):
         absence = verdict.absence
         if absence.continues:
-            await ledger.record_attempt(operation.id, AttemptKind.LOOKUP, **audit)
+            await ledger.record_absence(operation, **audit)
             leased_at = time.monotonic()
             restarted = await ledger.restart(operation, intent)
             return None if restarted is None else Resumed(restarted, leased_at)

@@ -8,6 +8,10 @@ One key per operation holds either its lease (`L:<token>`) or its cached outcome
 so that a claim is one plain `SET key L:<token> NX PX <lease> GET` (Redis 7.0+): it takes the
 lease if the key is free and answers with what holds the key otherwise. A replay costs what a
 GET costs; a Lua script would cost a third more.
+
+A `redis+cluster://` (or `rediss+cluster://`) URL names any node of a Redis Cluster: the same
+commands then go through redis-py's `RedisCluster`, which sends each to the node holding its key.
+One key per operation means every command and script touches one slot.
 """
 
 from __future__ import annotations
@@ -20,14 +24,16 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import TypeVar
 
 from redis import ConnectionPool as SyncConnectionPool
-from redis.asyncio import ConnectionPool, Redis
-from redis.exceptions import RedisError
+from redis.asyncio import ConnectionPool, Redis, RedisCluster
+from redis.cluster import RedisCluster as SyncRedisCluster
+from redis.exceptions import RedisClusterException, RedisError
 
 from writesafe.idempotency._metrics import STORE_DEGRADED
 from writesafe.idempotency._redis_connections import (
+    BlockingClusterConnections,
     BlockingRedisConnections,
+    ClusterConnections,
     RedisConnections,
-    pack,
 )
 from writesafe.idempotency._store_answers import (
     DEFAULT_MAX_CACHED_BYTES,
@@ -53,6 +59,12 @@ if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('PEXPIRE', KEYS[
 return 0
 """
 
+_CLUSTER_SCHEMES = ("redis+cluster://", "rediss+cluster://")
+_MAPPING_SECONDS = 5.0  # the longest a cluster client may take to learn the cluster's layout
+# What a command that did not reach Redis raises: redis-py's cluster client adds errors of its
+# own (no node holds the slot, the cluster could not be mapped) outside `RedisError`.
+_FAILURES = (RedisError, RedisClusterException, OSError)
+
 _UNAVAILABLE = StoreClaim(LeaseState.UNAVAILABLE)
 _ACQUIRED = StoreClaim(LeaseState.ACQUIRED)
 
@@ -72,7 +84,8 @@ class RedisKeyStore:
         max_connections: int = 50,
     ) -> None:
         self.prefix = prefix
-        self._url = url
+        self.cluster = url.startswith(_CLUSTER_SCHEMES)
+        self._url = url.replace("+cluster", "", 1) if self.cluster else url
         self._max_connections = max_connections
         self._outcome_ttl = _ms(outcome_ttl)
         self._max_result_bytes = max_result_bytes
@@ -82,10 +95,11 @@ class RedisKeyStore:
         # Connected only when a thread without a loop claims (`claim_now`); bound to no loop, so
         # kept when the loop's connections are dropped. Its socket timeout bounds each command
         # as `_guarded` bounds the loop's commands.
-        self._blocking = BlockingRedisConnections(
-            SyncConnectionPool.from_url(
-                url, socket_connect_timeout=socket_timeout, socket_timeout=socket_timeout
-            )
+        timeouts = {"socket_connect_timeout": socket_timeout, "socket_timeout": socket_timeout}
+        self._blocking: BlockingRedisConnections | BlockingClusterConnections = (
+            BlockingClusterConnections(SyncRedisCluster.from_url(self._url, **timeouts))
+            if self.cluster
+            else BlockingRedisConnections(SyncConnectionPool.from_url(self._url, **timeouts))
         )
         self._connect()
 
@@ -98,16 +112,23 @@ class RedisKeyStore:
         # whose `socket_timeout` (5 s unless disabled) sends every command through
         # `asyncio.wait_for`: a task per command on Python 3.11.
         self._slots = asyncio.Semaphore(self._max_connections)
-        pool = ConnectionPool.from_url(
-            self._url,
-            max_connections=self._max_connections,
-            socket_connect_timeout=self._timeout,
-            socket_timeout=None,
-        )
-        # The claim and the cache fill, on every guarded call, skip redis-py's command layer;
-        # the rest (renewals, releases, health checks) goes through its client.
-        self._hot = RedisConnections(pool)
-        self.redis: Redis = Redis.from_pool(pool)
+        options = {
+            "max_connections": self._max_connections,
+            "socket_connect_timeout": self._timeout,
+            "socket_timeout": None,
+        }
+        self._hot: RedisConnections | ClusterConnections
+        self.redis: Redis | RedisCluster
+        if self.cluster:
+            # Connections are per node, made as commands reach it (a pool of each node's).
+            self.redis = RedisCluster.from_url(self._url, **options)
+            self._hot = ClusterConnections(self.redis)
+        else:
+            pool = ConnectionPool.from_url(self._url, **options)
+            # The claim and the cache fill, on every guarded call, skip redis-py's command
+            # layer; the rest (renewals, releases, health checks) goes through its client.
+            self._hot = RedisConnections(pool)
+            self.redis = Redis.from_pool(pool)
         self._release = self.redis.register_script(_RELEASE)
         self._renew = self.redis.register_script(_RENEW)
 
@@ -123,7 +144,7 @@ class RedisKeyStore:
     async def claim(self, scope: str, key: str, token: str, lease_seconds: float) -> StoreClaim:
         """One round trip: the cached outcome if there is one, else try to take the lease."""
         lease, command = _claim_command(self.key(scope, key), token, lease_seconds)
-        reached, held = await self._guarded("claim", lambda: self._hot.execute(command))
+        reached, held = await self._guarded("claim", lambda: self._hot.send(*command))
         if not reached:
             return _UNAVAILABLE
         return self._claimed(held, lease, scope, key)
@@ -136,8 +157,8 @@ class RedisKeyStore:
             return _UNAVAILABLE
         lease, command = _claim_command(self.key(scope, key), token, lease_seconds)
         try:
-            held = self._blocking.execute(command)
-        except (RedisError, OSError) as error:
+            held = self._blocking.send(*command)
+        except _FAILURES as error:
             self._degraded("claim", error)
             return _UNAVAILABLE
         return self._claimed(held, lease, scope, key)
@@ -176,10 +197,10 @@ class RedisKeyStore:
         name = self.key(scope, key).encode()
         value = (_OUTCOME + outcome.encode()).encode()
         if len(value) > self._max_result_bytes:
-            command = pack(b"DEL", name)
+            command: tuple[bytes, ...] = (b"DEL", name)
         else:
-            command = pack(b"SET", name, value, b"PX", self._outcome_ttl)
-        await self._guarded("cache", lambda: self._hot.execute(command))
+            command = (b"SET", name, value, b"PX", self._outcome_ttl)
+        await self._guarded("cache", lambda: self._hot.send(*command))
 
     async def release(self, scope: str, key: str, token: str) -> None:
         """Release the lease if it is still the token's."""
@@ -190,10 +211,17 @@ class RedisKeyStore:
         """Extend the leases `(scope, key, token)` still held by their token, in one round trip."""
 
         async def renew_all() -> None:
+            names = [(self.key(scope, key), _LEASE + token) for scope, key, token in leases]
+            if isinstance(self.redis, RedisCluster):
+                # A cluster pipeline runs no scripts: one call per lease, all at once, each to
+                # the node that holds its key.
+                await asyncio.gather(
+                    *(self._renew(keys=[name], args=[lease, ms]) for name, lease in names)
+                )
+                return
             async with self.redis.pipeline(transaction=False) as pipe:
-                for scope, key, token in leases:
-                    name = self.key(scope, key)
-                    await self._renew(keys=[name], args=[_LEASE + token, ms], client=pipe)
+                for name, lease in names:
+                    await self._renew(keys=[name], args=[lease, ms], client=pipe)
                 await pipe.execute()
 
         ms = _ms(lease_seconds)
@@ -202,7 +230,7 @@ class RedisKeyStore:
     async def ping(self) -> bool:
         try:
             return bool(await self.redis.ping())
-        except (RedisError, OSError):
+        except _FAILURES:
             return False
 
     async def close(self) -> None:
@@ -222,9 +250,15 @@ class RedisKeyStore:
         if not self.available:
             return False, None
         try:
+            if isinstance(self.redis, RedisCluster):
+                # Mapping the cluster (its slots, and the command table redis-py routes by) is
+                # a one-off that takes far longer than a command: bounded on its own. Once
+                # mapped, this returns at once.
+                async with asyncio.timeout(_MAPPING_SECONDS):
+                    await self.redis.initialize()
             async with asyncio.timeout(self._timeout), self._slots:
                 return True, await call()
-        except (RedisError, OSError, TimeoutError) as error:
+        except (*_FAILURES, TimeoutError) as error:
             self._degraded(operation, error)
             return False, None
 
@@ -240,11 +274,11 @@ class RedisKeyStore:
         )
 
 
-def _claim_command(name: str, token: str, lease_seconds: float) -> tuple[bytes, bytes]:
+def _claim_command(name: str, token: str, lease_seconds: float) -> tuple[bytes, tuple[bytes, ...]]:
     """The lease value for `token`, and the claim of key `name` that sets it if the key is free
     and answers with what holds it otherwise."""
     lease = (_LEASE + token).encode()
-    return lease, pack(b"SET", name.encode(), lease, b"NX", b"PX", _ms(lease_seconds), b"GET")
+    return lease, (b"SET", name.encode(), lease, b"NX", b"PX", _ms(lease_seconds), b"GET")
 
 
 def _ms(seconds: float) -> bytes:

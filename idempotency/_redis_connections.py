@@ -6,6 +6,10 @@ through it took 71–91 µs where the same GET sent here took 44–54 µs (`benc
 docs/performance.md). The guard sends two fixed commands per call (the claim and the cache fill),
 so it frames them itself and uses redis-py's `Connection` directly: connecting, authentication,
 TLS, database selection and reply parsing stay redis-py's.
+
+On a Redis Cluster the same two commands (`send`) go through redis-py's `RedisCluster`, which
+routes each to the node that holds its key's slot and follows the cluster when slots move: every
+command the key store sends names one key, so it never spans two slots.
 """
 
 from __future__ import annotations
@@ -15,7 +19,8 @@ import contextlib
 from typing import Any
 
 import redis
-from redis.asyncio import ConnectionPool
+import redis.cluster
+from redis.asyncio import ConnectionPool, RedisCluster
 from redis.asyncio.connection import AbstractConnection
 from redis.connection import ConnectionInterface
 from redis.exceptions import ConnectionError, ResponseError
@@ -44,6 +49,10 @@ class RedisConnections:
     def __init__(self, pool: ConnectionPool) -> None:
         self._pool = pool
         self._idle: list[AbstractConnection] = []
+
+    async def send(self, *arguments: bytes) -> Any:
+        """Send one command, given as its arguments, and return its reply."""
+        return await self.execute(pack(*arguments))
 
     async def execute(self, command: bytes) -> Any:
         """Send a packed command and return its reply; a Redis error reply is raised."""
@@ -91,6 +100,10 @@ class BlockingRedisConnections:
         self._pool = pool
         self._idle: list[ConnectionInterface] = []
 
+    def send(self, *arguments: bytes) -> Any:
+        """Send one command, given as its arguments, and return its reply."""
+        return self.execute(pack(*arguments))
+
     def execute(self, command: bytes) -> Any:
         """Send a packed command and return its reply; a Redis error reply is raised."""
         reused = bool(self._idle)
@@ -121,3 +134,39 @@ class BlockingRedisConnections:
             raise
         self._idle.append(connection)  # a failed one is left out: redis-py closed it
         return reply
+
+
+# redis-py's SET callback turns a reply into a bool unless told the command had GET; the option
+# leaves the replies of the other commands sent here (DEL) as they are.
+_AS_SENT = {"get": True}
+
+
+class ClusterConnections:
+    """`send` on a Redis Cluster, through `cluster` (redis-py's client, which routes by slot)."""
+
+    def __init__(self, cluster: RedisCluster) -> None:
+        self._cluster = cluster
+
+    async def send(self, *arguments: bytes) -> Any:
+        """Send one single-key command, given as its arguments, and return its reply."""
+        name, *rest = arguments  # the client routes by the command's name, as text
+        return await self._cluster.execute_command(name.decode(), *rest, **_AS_SENT)
+
+    async def close(self) -> None:
+        """Nothing of its own: the connections are the cluster client's, closed with it."""
+
+
+class BlockingClusterConnections:
+    """`ClusterConnections` for threads without an event loop (redis-py's blocking client is
+    safe to share between threads)."""
+
+    def __init__(self, cluster: redis.cluster.RedisCluster) -> None:
+        self._cluster = cluster
+
+    def send(self, *arguments: bytes) -> Any:
+        """Send one single-key command, given as its arguments, and return its reply."""
+        name, *rest = arguments
+        return self._cluster.execute_command(name.decode(), *rest, **_AS_SENT)  # type: ignore[no-untyped-call]
+
+    def close(self) -> None:
+        self._cluster.close()

@@ -317,8 +317,6 @@ class WriteSafe:
         async with self._lock():
             await self._follow_running_loop()
         await self._guard.close()
-        if self._reconciler is not None:
-            self._reconciler.close()
         if self.keystore is not None:
             await self.keystore.close()
         await self.ledger.close()
@@ -373,7 +371,8 @@ class WriteSafe:
     # -- reconciliation ------------------------------------------------------------------
 
     def reconciler(self) -> Reconciler:
-        """This instance's reconciler (one per `WriteSafe`; on SQLite it is the only worker)."""
+        """This instance's reconciler (one per `WriteSafe`; on SQLite its passes take turns with
+        other processes' passes)."""
         if self._reconciler is None:
             settings = self.settings
             policy = ReconcilePolicy(

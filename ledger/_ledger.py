@@ -53,6 +53,7 @@ from writesafe.ledger._pg_writer import PostgresWriter
 from writesafe.ledger._records import AttemptKind, AttemptRecord, OperationRecord
 from writesafe.ledger._sqlite_writer import SqliteWriter
 from writesafe.ledger._states import Status, check_transition
+from writesafe.ledger._superseded import close_executions, close_settled, close_taken_over
 from writesafe.ledger._writer import (
     Change,
     Claim,
@@ -469,6 +470,7 @@ class Ledger:
             row = (await conn.execute(statement)).mappings().first()
             if row is not None:
                 self._watch.forget(current.id)
+                await close_taken_over(conn, [current.id], now, LEASE_EXPIRED)
                 return OperationRecord.from_row(row)
             if self.is_sqlite:
                 return None
@@ -497,6 +499,19 @@ class Ledger:
             await conn.execute(
                 insert(attempts).values(operation_id=operation_id, kind=kind.value, **row)
             )
+
+    async def record_absence(self, current: OperationRecord, **values: Any) -> None:
+        """Append the lookup attempt that proved `current`'s last execution had no effect, and
+        close that execution as `failed`, in one transaction (its key then runs again)."""
+        async with self.engine.begin() as conn:
+            now = await self._now_in(conn)
+            row = {"started_at": now, "finished_at": now, **values}
+            await conn.execute(
+                insert(attempts).values(
+                    operation_id=current.id, kind=AttemptKind.LOOKUP.value, **row
+                )
+            )
+            await close_executions(conn, [current.id], Status.FAILED, now)
 
     # -- reconciliation ------------------------------------------------------------------
 
@@ -558,6 +573,7 @@ class Ledger:
                 .returning(operations.c.id)
             )
             expired_ids = expired.scalars().all()
+            await close_taken_over(conn, expired_ids, now, LEASE_EXPIRED)
             for operation_id in expired_ids:
                 self._watch.forget(operation_id)
             leased = await conn.execute(
@@ -586,17 +602,48 @@ class Ledger:
         out, and how long until the next lease that looks expired by this process's clock has
         been watched long enough (None: none). Every in_flight lease is a candidate, whatever its
         wall-clock expiry says; those never renewed sort first."""
-        query = select(operations).where(
-            operations.c.status == Status.IN_FLIGHT.value, operations.c.tool.in_(tools)
-        )
-        if sent_before is not None:
-            query = query.where(operations.c.last_sent_at <= sent_before)
-        if scope is not None:
-            query = query.where(operations.c.scope == scope)
+        query = _in_flight(tools, sent_before, scope)
         query = query.order_by(operations.c.lease_expires_at).limit(limit)
         candidates = [
             OperationRecord.from_row(row) for row in (await conn.execute(query)).mappings()
         ]
+        left, pending = self._sight(candidates)
+        return [id_ for id_, seconds in left.items() if seconds == 0], min(pending, default=None)
+
+    async def watch_leases(
+        self, *, tools: Sequence[str], older_than: float = 0.0, scope: str | None = None
+    ) -> float | None:
+        """On SQLite: sight every `in_flight` lease a pass could take over, and return how long
+        until the last of those that look expired by this process's clock has been watched for a
+        whole lease (None: none looks expired). A pass that waits that long once takes over every
+        crashed lease it had at its start, not only its first batch (`claim_due` looks at one
+        batch at a time). Read a page at a time, so memory stays bounded; the watch keeps at most
+        `_lease_watch._WATCHED` sightings. PostgreSQL judges leases on its clock: None."""
+        if not self.is_sqlite:
+            return None
+        sent_before = self._now_sql(-older_than) if older_than > 0 else None
+        longest = 0.0  # every pending time is > 0
+        after = 0
+        async with self._reads.connect() as conn:
+            while True:
+                query = _in_flight(tools, sent_before, scope).where(operations.c.id > after)
+                page = [
+                    OperationRecord.from_row(row)
+                    for row in (
+                        await conn.execute(query.order_by(operations.c.id).limit(_WATCH_PAGE))
+                    ).mappings()
+                ]
+                _, pending = self._sight(page)
+                longest = max([longest, *pending])
+                if len(page) < _WATCH_PAGE:
+                    return longest or None
+                after = page[-1].id
+
+    def _sight(
+        self, candidates: Sequence[OperationRecord]
+    ) -> tuple[dict[int, float], builtins.list[float]]:
+        """Each candidate's time left to watch (`LeaseWatch.seconds_left`), and those times of
+        the ones still to watch whose lease looks expired by this process's clock."""
         left = {op.id: self._watch.seconds_left(op) for op in candidates}
         now = self.clock.now()
         pending = [
@@ -604,7 +651,7 @@ class Ledger:
             for op in candidates
             if left[op.id] > 0 and (op.lease_expires_at is None or op.lease_expires_at <= now)
         ]
-        return [id_ for id_, seconds in left.items() if seconds == 0], min(pending, default=None)
+        return left, pending
 
     async def count_due(
         self, *, tools: Sequence[str], older_than: float = 0.0, scope: str | None = None
@@ -673,6 +720,12 @@ class Ledger:
                     rows.append(
                         await compare_and_set(conn, settlement.current, settlement.changes(), now)
                     )
+            landed = [
+                (settlement.current.id, settlement.status)
+                for settlement, row in zip(settlements, rows, strict=True)
+                if row is not None
+            ]
+            await close_settled(conn, landed, now)
             audited = [
                 _attempt_row(settlement, now)
                 for settlement, row in zip(settlements, rows, strict=True)
@@ -758,10 +811,12 @@ class Settlement:
     record_if_lost: bool = True
 
     def changes(self) -> dict[str, Any]:
-        """The columns this settlement sets, status included."""
+        """The columns this settlement sets, status included. A success clears `last_code`: the
+        code of the failure or takeover it was unknown by no longer describes it."""
         if self.status is None:
             return dict(self.values)
-        return {**self.values, "status": self.status.value}
+        cleared = {"last_code": None} if self.status is Status.SUCCEEDED else {}
+        return {**cleared, **self.values, "status": self.status.value}
 
 
 async def _compare_and_set_many(
@@ -826,6 +881,26 @@ class _Due:
 
 _CRASHED = _Due(Status.IN_FLIGHT, operations.c.lease_expires_at)
 _UNKNOWN = _Due(Status.OUTCOME_UNKNOWN, operations.c.next_check_at)
+
+
+_WATCH_PAGE = 1_000
+"""`in_flight` rows `Ledger.watch_leases` reads at a time."""
+
+
+def _in_flight(
+    tools: Sequence[str],
+    sent_before: ColumnElement[datetime] | datetime | None,
+    scope: str | None,
+) -> Select[Any]:
+    """The `in_flight` operations of `tools` a pass could take over (SQLite's candidates)."""
+    query = select(operations).where(
+        operations.c.status == Status.IN_FLIGHT.value, operations.c.tool.in_(tools)
+    )
+    if sent_before is not None:
+        query = query.where(operations.c.last_sent_at <= sent_before)
+    if scope is not None:
+        query = query.where(operations.c.scope == scope)
+    return query
 
 
 def _due_query(

@@ -26,6 +26,7 @@ from sqlalchemy import (
     Update,
     bindparam,
     func,
+    literal_column,
     select,
     update,
 )
@@ -34,12 +35,16 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from writesafe.ledger._clock import StoreTime
 from writesafe.ledger._models import Attempt, Operation
 from writesafe.ledger._records import AttemptKind, OperationRecord
+from writesafe.ledger._states import Status
 
 operations = cast(Table, Operation.__table__)
 attempts = cast(Table, Attempt.__table__)
 
 FENCED = "fenced"
 """An execution attempt's outcome when its owner had lost the lease before recording."""
+
+UNSETTLED_EXECUTION = (Status.IN_FLIGHT.value, Status.OUTCOME_UNKNOWN.value, FENCED)
+"""An execution attempt's outcomes while nobody knows yet whether it had an effect."""
 
 ATTEMPT_VALUES = ("code", "envelope", "evidence")
 """What a closed execution attempt records of how it ended."""
@@ -250,7 +255,9 @@ def compare_and_set_params(
 
 def close_execution_update(outcome: ColumnElement[str], *, store_time: bool = False) -> Update:
     """Close the owner's execution attempt of operation `CURRENT_ID` with `outcome`, and the
-    parameters of `close_execution_params` (`store_time`: its end is the store's clock)."""
+    parameters of `close_execution_params` (`store_time`: its end is the store's clock). An
+    attempt a lookup or an operator has since settled (`succeeded`, `failed`) keeps that: a
+    late report of its fenced-off owner does not undo what was established."""
     return (
         update(attempts)
         .where(
@@ -258,6 +265,8 @@ def close_execution_update(outcome: ColumnElement[str], *, store_time: bool = Fa
             attempts.c.kind == AttemptKind.EXECUTION.value,
             attempts.c.execution == bindparam("closes_execution"),
             attempts.c.owner == bindparam("closes_owner"),
+            # Inline constants: the writers compile this statement once, without expanding IN.
+            attempts.c.outcome.in_([literal_column(f"'{name}'") for name in UNSETTLED_EXECUTION]),
         )
         .values(
             outcome=outcome,

@@ -10,6 +10,7 @@ checked again after an exponential backoff, until the check budget is spent → 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 import uuid
@@ -82,8 +83,9 @@ class _Verdict(StrEnum):
 class Reconciler:
     """Runs reconciliation passes for the tools in `lookups` (tool name → how to look it up).
 
-    Any number of reconcilers may share one PostgreSQL ledger; on SQLite the first one to run
-    holds an exclusive lock until `close()`, and a second one is refused with `ReconcilerBusy`.
+    Any number of reconcilers may share one PostgreSQL ledger; on SQLite a pass holds an
+    exclusive lock while it runs, and another process's pass meanwhile is refused with
+    `ReconcilerBusy`.
     """
 
     def __init__(
@@ -119,50 +121,50 @@ class Reconciler:
         tally: Counter[str] = Counter()
         if not tools:
             return _report(tally, began)
-        if self._lock is not None:
-            self._lock.acquire()
-        lease = max(
-            self.policy.lease_seconds, 2 * max(self.lookups[name].timeout for name in tools) + 1
-        )
-        watched = False
-        while limit is None or tally["examined"] < limit:
-            if stop is not None and stop.is_set():
-                break
-            size = self.policy.batch_size
-            if limit is not None:
-                size = min(size, limit - tally["examined"])
-            batch = await self.ledger.claim_due(
-                limit=size,
-                lease_seconds=lease,
-                tools=tools,
-                older_than=older_than,
-                scope=scope,
+        with self._lock.held() if self._lock is not None else contextlib.nullcontext():
+            lease = max(
+                self.policy.lease_seconds, 2 * max(self.lookups[name].timeout for name in tools) + 1
             )
-            tally["expired_leases"] += batch.expired
-            if not batch.operations:
-                if batch.watching is None or watched:
+            # SQLite: every lease that looks crashed now is watched from here, so that one wait
+            # lets this pass take over all of them (PostgreSQL: None, its clock judges).
+            watch_all = await self.ledger.watch_leases(
+                tools=tools, older_than=older_than, scope=scope
+            )
+            watched = False
+            while limit is None or tally["examined"] < limit:
+                if stop is not None and stop.is_set():
                     break
-                # SQLite: a lease that looks crashed is expired only once this process has
-                # watched it for a whole lease; a pass waits for that once, then looks again.
-                watched = True
-                await self.ledger.clock.sleep(batch.watching)
-                continue
-            verdicts = await self._reconcile(batch.operations)
-            tally.update(verdict.value for verdict in verdicts)
-            tally["examined"] += len(verdicts)
-            if on_progress is not None:
-                on_progress(_report(tally, began))
+                size = self.policy.batch_size
+                if limit is not None:
+                    size = min(size, limit - tally["examined"])
+                batch = await self.ledger.claim_due(
+                    limit=size,
+                    lease_seconds=lease,
+                    tools=tools,
+                    older_than=older_than,
+                    scope=scope,
+                )
+                tally["expired_leases"] += batch.expired
+                if not batch.operations:
+                    if batch.watching is None or watched:
+                        break
+                    # SQLite: a lease that looks crashed is expired only once this process has
+                    # watched it for a whole lease; a pass waits once, until every lease it saw
+                    # at its start has been watched that long, then takes them over batch by batch.
+                    watched = True
+                    await self.ledger.clock.sleep(max(batch.watching, watch_all or 0.0))
+                    continue
+                verdicts = await self._reconcile(batch.operations)
+                tally.update(verdict.value for verdict in verdicts)
+                tally["examined"] += len(verdicts)
+                if on_progress is not None:
+                    on_progress(_report(tally, began))
         return _report(tally, began)
 
     async def count_due(self, *, older_than: float = 0.0, tool: str | None = None) -> int:
         """About how many operations a pass would examine now (for progress displays)."""
         tools = sorted(self.lookups) if tool is None else [tool]
         return await self.ledger.count_due(tools=tools, older_than=older_than) if tools else 0
-
-    def close(self) -> None:
-        """Release the SQLite single-worker lock, if held."""
-        if self._lock is not None:
-            self._lock.release()
 
     async def _reconcile(self, operations: Sequence[OperationRecord]) -> list[_Verdict]:
         """Look the batch up concurrently, then record every conclusion in one transaction."""

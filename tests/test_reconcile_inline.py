@@ -40,7 +40,9 @@ async def test_hit_returns_the_found_result_without_executing(make_ws: MakeWrite
         {"order_id": "o-1", "sku": "A1"},
     )
     kinds = [(a.kind, a.outcome) for a in status.attempts]
-    assert kinds == [(AttemptKind.EXECUTION, "outcome_unknown"), (AttemptKind.LOOKUP, "found")]
+    # The execution's outcome is what the lookup established; its envelope is still its own.
+    assert kinds == [(AttemptKind.EXECUTION, "succeeded"), (AttemptKind.LOOKUP, "found")]
+    assert status.attempts[0].code == "OUTCOME_UNKNOWN"
     assert status.attempts[1].actor == "caller"
 
 
@@ -61,8 +63,9 @@ async def test_miss_after_the_settle_window_executes_exactly_once_more(
     assert status is not None
     assert (status.status, status.executions) == (Status.SUCCEEDED, 2)
     trail = [(a.kind, a.execution, a.outcome) for a in status.attempts]
+    # The first execution is closed as the lookup proved it: no effect.
     assert trail == [
-        (AttemptKind.EXECUTION, 1, "outcome_unknown"),
+        (AttemptKind.EXECUTION, 1, "failed"),
         (AttemptKind.LOOKUP, None, "not_found"),
         (AttemptKind.EXECUTION, 2, "succeeded"),
     ]
@@ -228,6 +231,16 @@ async def test_a_crashed_execution_is_looked_up_once_its_lease_expires(
     status = await ws.status("ord-10")
     assert status is not None
     assert status.status is Status.SUCCEEDED
+    # The record says so too: the taken-over execution is closed as the lookup found it.
+    execution = status.attempts[0]
+    assert (execution.kind, execution.outcome) == (AttemptKind.EXECUTION, "succeeded")
+    assert execution.evidence == {
+        "closed_by": "takeover",
+        "reason": "the lease ran out before the execution reported",
+    }
+    record = await ws.ledger.get("default", "ord-10")
+    assert record is not None
+    assert record.last_code is None
 
 
 async def test_a_different_payload_on_an_unknown_outcome_is_key_reused(

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+import httpx
 import pytest
 
 from tests.conftest import MakeWriteSafe
@@ -16,7 +17,9 @@ from tests.reconcile_support import (
     unknown_evidence,
     unknown_outcome,
 )
+from tests.service.support import issue_keys
 from writesafe import (
+    Found,
     LookupOperation,
     NotFound,
     OperationNotFound,
@@ -28,8 +31,9 @@ from writesafe import (
     WriteSafeError,
     WriteSafeSettings,
 )
-from writesafe.ledger import AttemptKind, ManualClock
+from writesafe.ledger import AttemptKind, ManualClock, Role
 from writesafe.reconciler import LookupResult
+from writesafe.service import ServiceSettings, create_app
 
 
 def budget(max_checks: int = 3, **more: Any) -> WriteSafeSettings:
@@ -179,6 +183,83 @@ async def test_crashed_in_flight_leases_are_expired_then_looked_up(
     status = await ws.status("k")
     assert status is not None
     assert (status.status, status.result) == (Status.SUCCEEDED, {"order_id": "o-1", "sku": "A1"})
+
+
+async def test_a_takeover_then_a_lookup_close_the_superseded_execution_on_the_record(
+    make_ws: MakeWriteSafe,
+) -> None:
+    busy = [True]
+
+    async def unknown_once(op: LookupOperation) -> LookupResult:
+        if busy and busy.pop():
+            return Unknown("the shop is busy")
+        return Found(shop.orders[op.key])
+
+    clock = ManualClock()
+    ws, shop = make_ws(clock=clock, lease_seconds=5.0), Shop(lookup_answer=unknown_once)
+    submit_order = order_tool(ws, shop)
+    claim = await claimed_by_a_dead_worker(ws, shop, submit_order, "k", lease_seconds=5.0)
+    await ws.reconcile()  # SQLite: the lease is watched from here
+    clock.advance(5.0)
+
+    assert counts(await ws.reconcile()) == {
+        "examined": 1, "still_unknown": 1, "expired_leases": 1
+    }  # fmt: skip
+    taken_over = await ws.status("k")
+    assert taken_over is not None
+    execution = taken_over.attempts[0]
+    assert (execution.kind, execution.outcome, execution.code) == (
+        AttemptKind.EXECUTION, "outcome_unknown", "LEASE_EXPIRED"
+    )  # fmt: skip
+    assert execution.evidence == {
+        "closed_by": "takeover",
+        "reason": "the lease ran out before the execution reported",
+    }
+    assert execution.finished_at is not None
+
+    clock.advance(60.0)
+    assert counts(await ws.reconcile()) == {"examined": 1, "found": 1}
+    # The dead worker's report, arriving after all, is fenced off and changes nothing.
+    assert await late_failure_report(ws, claim) is None
+    settled = await ws.status("k")
+    assert settled is not None
+    assert (settled.status, settled.attempts[0].outcome) == (Status.SUCCEEDED, "succeeded")
+    assert [a.kind for a in settled.attempts] == [AttemptKind.EXECUTION] + [AttemptKind.LOOKUP] * 2
+    record = await ws.ledger.get("default", "k")
+    assert record is not None
+    assert record.last_code is None  # not the takeover's LEASE_EXPIRED
+    # The service's attempts listing tells the same story.
+    tokens = await issue_keys(ws, ["default"])
+    async with httpx.AsyncClient(
+        transport=httpx.ASGITransport(app=create_app(ws, ServiceSettings(rate_limits=False))),
+        base_url="http://service.test",
+        headers={"Authorization": f"Bearer {tokens['default', Role.OPERATOR]}"},
+    ) as client:
+        listed = await client.get("/v1/operations/k/attempts")
+    assert listed.status_code == 200, listed.text
+    assert [(a["kind"], a["outcome"], a["code"]) for a in listed.json()["items"]] == [
+        ("execution", "succeeded", "LEASE_EXPIRED"),
+        ("lookup", "unknown", None),
+        ("lookup", "found", None),
+    ]
+
+
+async def test_one_pass_takes_over_every_crashed_lease_not_one_batch(
+    make_ws: MakeWriteSafe,
+) -> None:
+    clock = ManualClock()
+    ws, shop = make_ws(clock=clock, lease_seconds=5.0), Shop()
+    submit_order = order_tool(ws, shop)
+    for n in range(40):  # two and a half batches of the default 16
+        await claimed_by_a_dead_worker(ws, shop, submit_order, f"k{n}", lease_seconds=5.0)
+    clock.advance(5.0)  # every lease has run out by the wall clock
+    once = make_ws(clock=clock, lease_seconds=5.0)  # a `reconcile --once` job: a fresh watch
+    order_tool(once, shop)
+
+    report = await once.reconcile()
+
+    assert counts(report) == {"examined": 40, "found": 40, "expired_leases": 40}
+    assert counts(await once.reconcile()) == {}
 
 
 async def test_limit_tool_and_older_than_select_what_a_pass_examines(
@@ -346,18 +427,32 @@ async def test_bad_resolution_input_is_a_typed_error(
 
 
 @pytest.mark.parametrize("backend", ["sqlite"])
-async def test_sqlite_allows_one_reconciler_at_a_time(make_ws: MakeWriteSafe) -> None:
+async def test_sqlite_holds_its_reconciler_lock_for_a_pass_not_for_a_life(
+    make_ws: MakeWriteSafe,
+) -> None:
+    looking, answer = asyncio.Event(), asyncio.Event()
+
+    async def slow_lookup(op: LookupOperation) -> LookupResult:
+        looking.set()
+        await answer.wait()
+        return NotFound()
+
     first, second = make_ws(), make_ws()
-    shop = Shop()
-    order_tool(first, shop)
+    shop = Shop(faults=["timeout_before_commit"], lookup_answer=slow_lookup)
     order_tool(second, shop)
-    await first.reconcile()
+    await unknown_outcome(order_tool(first, shop)("A1", idempotency_key="k"))
 
-    with pytest.raises(ReconcilerBusy, match="one reconciler at a time"):
-        await second.reconcile()
-
-    await first.close()
-    assert counts(await second.reconcile()) == {}
+    # A finished pass holds nothing, though its `WriteSafe` is still open.
+    assert counts(await first.reconcile(older_than=3_600)) == {}
+    assert counts(await second.reconcile(older_than=3_600)) == {}
+    passing = asyncio.create_task(second.reconcile())
+    await looking.wait()
+    # While a pass runs, another process's pass is refused at once, with what to do.
+    with pytest.raises(ReconcilerBusy, match="try again when that pass ends"):
+        await first.reconcile()
+    answer.set()
+    assert counts(await passing)["examined"] == 1
+    assert counts(await first.reconcile(older_than=3_600)) == {}
 
 
 async def test_not_found_lookups_count_once_per_pass(make_ws: MakeWriteSafe) -> None:

@@ -6,10 +6,12 @@ lookups are counted across processes. The reconciler runs as the real `writesafe
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import select as io_select
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -19,15 +21,17 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import IO, Any
 
+import httpx
 import pytest
 from sqlalchemy import func, insert, select
 
 from tests.apps.shop_db import ShopDB
 from tests.conftest import PG_URL, run_sync
 from writesafe import Status
-from writesafe.ledger import Attempt, AttemptKind, Ledger, Operation, dumps_json
+from writesafe.ledger import ApiKeys, Attempt, AttemptKind, Ledger, Operation, Role, dumps_json
 from writesafe.ledger._migrations import in_ledger_schema
 from writesafe.reconciler._single import SingleWorkerLock
+from writesafe.service import create_api_key
 
 ROOT = Path(__file__).resolve().parent.parent
 WRITESAFE = Path(sys.executable).with_name("writesafe")
@@ -154,6 +158,27 @@ def test_a_worker_killed_after_the_commit_is_reconciled_by_the_cli(
     assert run_sync(deployment.shop.lookups_by_reference()) == {"ord-kill": 1}
 
 
+@pytest.mark.parametrize(
+    "backend", ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)]
+)
+def test_one_reconcile_once_takes_over_every_crashed_lease(deployment: Deployment) -> None:
+    # 40 crashed leases are two and a half batches of 16: a cron job's one pass takes them all.
+    keys = [f"c{n:02d}" for n in range(40)]
+    run_sync(_seed_unknown(deployment, keys, crashed=True))
+    run_sync(deployment.shop.seed(keys[::2], "A1"))
+
+    once = deployment.run(str(WRITESAFE), "reconcile", "tests.apps.shop_app:ws", "--once", "--json")
+
+    assert once.returncode == 0, once.stderr
+    report = json.loads(once.stdout)
+    assert {k: report[k] for k in ("examined", "found", "absent", "expired_leases")} == {
+        "examined": 40,
+        "found": 20,
+        "absent": 20,
+        "expired_leases": 40,
+    }
+
+
 OPERATIONS = 500
 
 
@@ -214,6 +239,123 @@ def test_four_reconcilers_resolve_five_hundred_operations_exactly_once(
     assert ledger_view["succeeded_keys"] == set(present)
 
 
+@pytest.mark.parametrize("backend", [pytest.param("postgres", marks=pytest.mark.postgres)])
+@pytest.mark.pg_connections(16)
+def test_two_reconcilers_and_a_service_look_each_operation_up_once(
+    deployment: Deployment,
+) -> None:
+    # Two `reconcile --once` workers and a service answering POST /v1/reconcile drain one due
+    # queue together: each operation is leased to exactly one of them (FOR UPDATE SKIP LOCKED).
+    keys = [f"s{n:03d}" for n in range(120)]
+    run_sync(_seed_unknown(deployment, keys))
+    run_sync(deployment.shop.seed(keys[::2], "A1"))
+    token = run_sync(_admin_token(deployment))
+    slow = {"SHOP_LOOKUP_LATENCY": "0.05", "WRITESAFE_RECONCILE_BATCH": "4"}
+    port = _free_port()
+    app = "tests.apps.shop_app:ws"
+    service = deployment.spawn(
+        str(WRITESAFE), "serve", app, "--host", "127.0.0.1", "--port", str(port), extra=slow
+    )
+    base = f"http://127.0.0.1:{port}"
+    try:
+        _wait_until_healthy(service, base)
+        workers = [
+            deployment.spawn(str(WRITESAFE), "reconcile", app, "--once", "--json", extra=slow)
+            for _ in range(2)
+        ]
+        while run_sync(_lookup_attempts(deployment)) == 0:  # the workers have begun
+            time.sleep(0.05)
+        passes: list[dict[str, int]] = []
+        headers = {"Authorization": f"Bearer {token}"}
+        while not passes or passes[-1]["examined"]:
+            answer = httpx.post(f"{base}/v1/reconcile", headers=headers, json={"limit": 8})
+            assert answer.status_code == 200, answer.text
+            passes.append(answer.json())
+        reports = []
+        for worker in workers:
+            stdout, stderr = worker.communicate(timeout=300)
+            assert worker.returncode == 0, stderr
+            reports.append(json.loads(stdout))
+    finally:
+        service.send_signal(signal.SIGTERM)
+        service.communicate(timeout=60)
+
+    by_whom = [r["examined"] for r in reports] + [sum(p["examined"] for p in passes)]
+    print("examined by worker, worker, service:", by_whom)
+    assert all(by_whom), by_whom  # all three took part
+    assert sum(by_whom) == len(keys)
+    for report in [*reports, *passes]:
+        assert (report["superseded"], report["errors"]) == (0, 0), report
+    assert run_sync(deployment.shop.lookups_by_reference()) == dict.fromkeys(keys, 1)
+    assert run_sync(_ledger_view(deployment))["lookups_per_operation"] == {1: len(keys)}
+
+
+@pytest.mark.parametrize("backend", ["sqlite"])
+def test_a_service_that_made_a_pass_leaves_the_sqlite_ledger_to_the_cli(
+    deployment: Deployment,
+) -> None:
+    run_sync(_seed_unknown(deployment, ["k1", "k2"]))
+    run_sync(deployment.shop.seed(["k1"], "A1"))
+    token = run_sync(_admin_token(deployment))
+    port, app = _free_port(), "tests.apps.shop_app:ws"
+    service = deployment.spawn(
+        str(WRITESAFE), "serve", app, "--host", "127.0.0.1", "--port", str(port)
+    )
+    base = f"http://127.0.0.1:{port}"
+    try:
+        _wait_until_healthy(service, base)
+        headers = {"Authorization": f"Bearer {token}"}
+        answer = httpx.post(f"{base}/v1/reconcile", headers=headers, json={"limit": 1})
+        assert answer.status_code == 200, answer.text
+        assert answer.json()["examined"] == 1
+
+        # The service still runs: its pass is over, so the cron job's pass may run.
+        once = deployment.run(str(WRITESAFE), "reconcile", app, "--once", "--json")
+
+        assert once.returncode == 0, once.stderr
+        assert json.loads(once.stdout)["examined"] == 1
+    finally:
+        service.send_signal(signal.SIGTERM)
+        service.communicate(timeout=60)
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def _wait_until_healthy(service: subprocess.Popen[str], base: str) -> None:
+    deadline = time.monotonic() + 60
+    while True:
+        assert service.poll() is None, service.communicate()
+        with contextlib.suppress(httpx.TransportError):
+            if httpx.get(f"{base}/healthz").status_code == 200:
+                return
+        assert time.monotonic() < deadline, "writesafe serve did not start"
+        time.sleep(0.1)
+
+
+async def _admin_token(deployment: Deployment) -> str:
+    ledger = deployment.ledger()
+    try:
+        store = ApiKeys(ledger.engine)
+        _, token = await create_api_key(store, scope="default", role=Role.ADMIN, name="ops")
+    finally:
+        await ledger.close()
+    return token
+
+
+async def _lookup_attempts(deployment: Deployment) -> int:
+    ledger = deployment.ledger()
+    try:
+        async with ledger.engine.connect() as conn:
+            query = select(func.count()).where(attempts.c.kind == AttemptKind.LOOKUP.value)
+            return int((await conn.execute(query)).scalar_one())
+    finally:
+        await ledger.close()
+
+
 async def _unknown_reasons(deployment: Deployment) -> dict[str, int]:
     ledger = deployment.ledger()
     try:
@@ -249,10 +391,18 @@ async def _operation(deployment: Deployment, key: str) -> dict[str, Any]:
     }
 
 
-async def _seed_unknown(deployment: Deployment, keys: list[str]) -> None:
-    """Operations whose execution was sent a minute ago and whose outcome is unknown."""
+async def _seed_unknown(deployment: Deployment, keys: list[str], *, crashed: bool = False) -> None:
+    """Operations whose execution was sent a minute ago and whose outcome is unknown; or, if
+    `crashed`, still `in_flight` under a lease that ran out 59 s ago (its worker died)."""
     now = datetime.now(UTC)
     sent = now - timedelta(minutes=1)
+    crash = {
+        "status": Status.IN_FLIGHT.value,
+        "lease_owner": "dead-worker",
+        "lease_expires_at": sent + timedelta(seconds=1),
+        "last_code": None,
+        "next_check_at": None,
+    }
     rows = [
         {
             "scope": "default",
@@ -270,6 +420,7 @@ async def _seed_unknown(deployment: Deployment, keys: list[str]) -> None:
             "next_check_at": sent,
             "created_at": sent,
             "updated_at": sent,
+            **(crash if crashed else {}),
         }
         for key in keys
     ]
@@ -366,12 +517,8 @@ def test_writesafe_reconcile_reports_and_refuses_clearly(deployment: Deployment)
     assert unknown_tool.returncode == 2
     assert "no tool named 'nope'" in _flat(unknown_tool.stderr)
     database = Path(deployment.ledger_url.removeprefix("sqlite+aiosqlite:///"))
-    held = SingleWorkerLock(database)
-    held.acquire()
-    try:
+    with SingleWorkerLock(database).held():  # another process's pass is running
         busy = deployment.run(*reconcile, "--once")
-    finally:
-        held.release()
     assert busy.returncode == 1
     assert "one reconciler at a time" in _flat(busy.stderr)
 
