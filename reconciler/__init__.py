@@ -18,7 +18,14 @@ from writesafe.reconciler._adapters import (
     failure_of,
 )
 from writesafe.reconciler._admission import admit, admit_stored, disagreement, stored_envelope
-from writesafe.reconciler._causes import KEY_STORE, LEDGER, Lost, Unsettled, Untrusted
+from writesafe.reconciler._causes import (
+    KEY_STORE,
+    LEDGER,
+    LEDGER_RESTORED,
+    Lost,
+    Unsettled,
+    Untrusted,
+)
 from writesafe.reconciler._check import (
     Check,
     Lookup,
@@ -107,6 +114,14 @@ from writesafe.reconciler._resolve import (
     resolve_operation,
 )
 from writesafe.reconciler._response import DownstreamError, RawResponse, response_of
+from writesafe.reconciler._restored import (
+    FirstRun,
+    after_first_lookup,
+    decide_first_run,
+    restored_refusal,
+    restored_unknown,
+    sent_by,
+)
 from writesafe.reconciler._retry import (
     DEFAULT_MAX_ELAPSED,
     DEFAULT_RETRY_POLICY,
@@ -164,6 +179,7 @@ __all__ = [
     "HTTP_STATUS",
     "KEY_STORE",
     "LEDGER",
+    "LEDGER_RESTORED",
     "MAX_RETRY_AFTER_MS",
     "MESSAGE_LIMIT",
     "NOT_JSON",
@@ -188,6 +204,7 @@ __all__ = [
     "Established",
     "EvidenceRequired",
     "FailedOperation",
+    "FirstRun",
     "Found",
     "Lookup",
     "LookupOperation",
@@ -234,12 +251,14 @@ __all__ = [
     "admit_stored",
     "after_absence",
     "after_failure",
+    "after_first_lookup",
     "answer_failure",
     "attempts_left",
     "classify_exception",
     "committed_earlier",
     "cut_short",
     "decide_continuation",
+    "decide_first_run",
     "decide_row",
     "defer",
     "disagreement",
@@ -268,7 +287,10 @@ __all__ = [
     "replay_timed",
     "resolve_operation",
     "response_of",
+    "restored_refusal",
+    "restored_unknown",
     "run_lookup",
+    "sent_by",
     "stored_envelope",
     "stored_failure",
     "to_call_tool_result",

@@ -1,0 +1,177 @@
+"""A ledger restored from a backup: 50 keys, a backup, 50 more, the restore, then all 100 retried
+with a truthful lookup end with exactly one effect per key, on SQLite (a file copy) and on
+PostgreSQL (`pg_dump -n` / `pg_restore` into the same schema), detected by a mark or declared
+by `writesafe db restored --since`."""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+import subprocess
+from collections import Counter
+from collections.abc import Callable
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+from sqlalchemy.engine import make_url
+from typer.testing import CliRunner
+
+from tests.conftest import PG_URL
+from writesafe import Found, NotFound, WriteSafe
+from writesafe.cli import app as cli
+from writesafe.idempotency import WriteSafeSettings
+from writesafe.ledger import Signal, mark_path, restored_state
+
+KEYS = [f"order-{n}" for n in range(100)]
+SIDE_FILES = ("-wal", "-shm")
+
+
+class Shop:
+    """The downstream system: it counts the effect of each key, and its lookup tells the truth."""
+
+    def __init__(self) -> None:
+        self.effects: Counter[str] = Counter()
+
+    def guard(self, ws: WriteSafe) -> Callable[..., Any]:
+        async def find(op: Any) -> Found | NotFound:
+            return Found({"order": op.key}) if self.effects[op.key] else NotFound()
+
+        @ws.tool("place_order", lookup=find, settle_after=0)
+        async def place_order(sku: str) -> dict[str, str]:
+            key = ws.current_operation().key
+            self.effects[key] += 1
+            return {"order": key}
+
+        return place_order
+
+
+async def place(ws: WriteSafe, shop: Shop, keys: list[str]) -> list[Any]:
+    """Call the shop's tool once per key on `ws`, and close it (its marks raised)."""
+    tool = shop.guard(ws)
+    try:
+        return [await tool("A1", idempotency_key=key) for key in keys]
+    finally:
+        await ws.close()
+
+
+def copy_sqlite(source: Path, target: Path) -> None:
+    """A file copy of a closed SQLite ledger, as a backup or a restore makes it."""
+    for suffix in SIDE_FILES:
+        target.with_name(target.name + suffix).unlink(missing_ok=True)
+    shutil.copyfile(source, target)
+
+
+def declare(url: str, since: datetime, *schema: str) -> None:
+    result = CliRunner().invoke(
+        cli, ["db", "restored", "--since", since.isoformat(), "--database-url", url, *schema]
+    )
+    assert result.exit_code == 0, result.output
+
+
+@pytest.mark.parametrize("signal", ["mark", "operator"])
+def test_a_sqlite_ledger_restored_from_a_file_copy_runs_no_key_twice(
+    tmp_path: Path, signal: str
+) -> None:
+    ledger, backup = tmp_path / "ledger.db", tmp_path / "backup.db"
+    url = f"sqlite+aiosqlite:///{ledger}"
+    shop = Shop()
+    asyncio.run(place(WriteSafe(url), shop, KEYS[:50]))
+    copy_sqlite(ledger, backup)
+    backed_up = datetime.now(UTC)
+    asyncio.run(place(WriteSafe(url), shop, KEYS[50:]))
+    copy_sqlite(backup, ledger)
+    if signal == "operator":
+        mark_path(ledger).unlink()  # no signal left: the operator says so
+        declare(url, backed_up)
+
+    answers = asyncio.run(place(WriteSafe(url), shop, KEYS))
+
+    assert answers == [{"order": key} for key in KEYS]
+    assert shop.effects == Counter(KEYS)
+    state = asyncio.run(restored_of(url))
+    assert state is not None
+    assert state.detected_by is (Signal.MARK if signal == "mark" else Signal.OPERATOR)
+
+
+async def restored_of(url: str, **options: Any) -> Any:
+    ws = WriteSafe(url, **options)
+    try:
+        await ws.start()
+        return await restored_state(ws.ledger)
+    finally:
+        await ws.close()
+
+
+def pg_tool(tool: str, schema: str, *arguments: str) -> None:
+    url = make_url(PG_URL)
+    connection = ["-h", str(url.host), "-p", str(url.port or 5432), "-U", str(url.username)]
+    subprocess.run(
+        [tool, *connection, "-d", str(url.database), *arguments], check=True, capture_output=True
+    )
+
+
+def dump(schema: str, to: Path) -> None:
+    pg_tool("pg_dump", schema, "-n", schema, "-Fc", "-f", str(to))
+
+
+def restore(schema: str, backup: Path) -> None:
+    pg_tool("psql", schema, "-q", "-c", f'DROP SCHEMA "{schema}" CASCADE')
+    pg_tool("pg_restore", schema, str(backup))  # the dump holds the schema and only it
+
+
+def test_a_postgres_schema_restored_under_a_running_service_runs_no_key_twice(
+    tmp_path: Path, pg_schema: str
+) -> None:
+    """The service keeps running across the restore, with no mark but its own memory: the
+    ledger's generation is behind the one it last checked (every first execution checks here;
+    by default a check is at most `restore_check_seconds` old)."""
+    backup = tmp_path / "ledger.dump"
+    shop = Shop()
+
+    async def scenario() -> list[Any]:
+        every_call = WriteSafeSettings(restore_check_seconds=0)
+        ws = WriteSafe(PG_URL, schema=pg_schema, auto_migrate=True, settings=every_call)
+        tool = shop.guard(ws)
+        try:
+            for key in KEYS[:50]:
+                await tool("A1", idempotency_key=key)
+            await asyncio.to_thread(dump, pg_schema, backup)
+            for key in KEYS[50:]:
+                await tool("A1", idempotency_key=key)
+            await asyncio.to_thread(restore, pg_schema, backup)
+            return [await tool("A1", idempotency_key=key) for key in KEYS]
+        finally:
+            await ws.close()
+
+    answers = asyncio.run(scenario())
+
+    assert answers == [{"order": key} for key in KEYS]
+    assert shop.effects == Counter(KEYS)
+    state = asyncio.run(restored_of(PG_URL, schema=pg_schema))
+    assert state is not None
+    assert state.detected_by is Signal.MARK
+
+
+def test_a_postgres_schema_restored_while_stopped_runs_no_key_twice_once_declared(
+    tmp_path: Path, pg_schema: str
+) -> None:
+    """Every process stopped for the restore, no Redis: nothing can tell, the operator does."""
+    backup = tmp_path / "ledger.dump"
+    options = {"schema": pg_schema, "auto_migrate": True}
+    shop = Shop()
+    asyncio.run(place(WriteSafe(PG_URL, **options), shop, KEYS[:50]))
+    dump(pg_schema, backup)
+    backed_up = datetime.now(UTC)
+    asyncio.run(place(WriteSafe(PG_URL, **options), shop, KEYS[50:]))
+    restore(pg_schema, backup)
+    declare(PG_URL, backed_up, "--schema", pg_schema)
+
+    answers = asyncio.run(place(WriteSafe(PG_URL, **options), shop, KEYS))
+
+    assert answers == [{"order": key} for key in KEYS]
+    assert shop.effects == Counter(KEYS)
+    state = asyncio.run(restored_of(PG_URL, **options))
+    assert state is not None
+    assert state.detected_by is Signal.OPERATOR
