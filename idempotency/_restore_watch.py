@@ -9,33 +9,20 @@ checked against its marks (`writesafe.ledger._restore`). Replays and continuatio
 from __future__ import annotations
 
 import asyncio
-import logging
 import time
 from collections.abc import Sequence
 from datetime import timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from redis.exceptions import RedisError
-
 from writesafe.ledger import FileMark, Ledger, Level, Mark, Restored, check_restored, mark_path
 
 if TYPE_CHECKING:
     from writesafe.idempotency._keystore import RedisKeyStore
 
-logger = logging.getLogger("writesafe")
-
 # At most one check a second for ids that come back out of order (concurrent claims on
 # PostgreSQL commit out of sequence order) rather than from a rollback.
 _SUSPICIOUS_EVERY = 1.0
-
-_RAISE_MARK = """
-for i, field in ipairs({'top', 'generation'}) do
-  local kept = tonumber(redis.call('HGET', KEYS[1], field) or '0')
-  if tonumber(ARGV[i]) > kept then redis.call('HSET', KEYS[1], field, ARGV[i]) end
-end
-return 1
-"""
 
 
 class CreatedMark:
@@ -65,41 +52,6 @@ class CreatedMark:
         self._generation = max(self._generation, level.generation)
 
 
-class RedisMark:
-    """The mark in the key store's namespace, the hash `<prefix>:ledger-mark:<ledger id>`.
-    Redis emptied or unreachable is no mark: never a restore."""
-
-    name = "redis"
-
-    def __init__(self, keystore: RedisKeyStore, timeout: float = 0.5) -> None:
-        self._keystore = keystore
-        self._timeout = timeout
-
-    def key(self, ledger_id: str) -> str:
-        return f"{self._keystore.prefix}:ledger-mark:{ledger_id}"
-
-    async def read(self, ledger_id: str) -> Level | None:
-        try:
-            async with asyncio.timeout(self._timeout):
-                kept = await self._keystore.redis.hmget(self.key(ledger_id), "top", "generation")
-        except (RedisError, OSError, TimeoutError) as error:
-            logger.warning("the ledger's mark in Redis was not read: %s", type(error).__name__)
-            return None
-        top, generation = (value.decode() if isinstance(value, bytes) else value for value in kept)
-        if top is None or generation is None or not (top.isdigit() and generation.isdigit()):
-            return None
-        return Level(int(top), int(generation))
-
-    async def raise_to(self, ledger_id: str, level: Level) -> None:
-        try:
-            async with asyncio.timeout(self._timeout):
-                await self._keystore.redis.eval(
-                    _RAISE_MARK, 1, self.key(ledger_id), level.top, level.generation
-                )
-        except (RedisError, OSError, TimeoutError) as error:
-            logger.warning("the ledger's mark in Redis was not raised: %s", type(error).__name__)
-
-
 def marks_of(
     ledger: Ledger, keystore: RedisKeyStore | None, created: CreatedMark
 ) -> tuple[Mark, ...]:
@@ -109,6 +61,8 @@ def marks_of(
     if ledger.is_sqlite and database and database != ":memory:":
         marks.append(FileMark(mark_path(Path(database).resolve())))
     if keystore is not None:
+        from writesafe.idempotency._redis_mark import RedisMark  # redis-py: with a Redis URL only
+
         marks.append(RedisMark(keystore))
     return tuple(marks)
 

@@ -10,19 +10,29 @@ import shutil
 import subprocess
 from collections import Counter
 from collections.abc import Callable
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
+from redis.asyncio import Redis
+from sqlalchemy import text
 from sqlalchemy.engine import make_url
 from typer.testing import CliRunner
 
-from tests.conftest import PG_URL
-from writesafe import Found, NotFound, WriteSafe
+from tests.conftest import PG_URL, REDIS_URL
+from writesafe import Found, NotFound, Unknown, WriteSafe, WriteSafeError
 from writesafe.cli import app as cli
 from writesafe.idempotency import WriteSafeSettings
-from writesafe.ledger import Signal, mark_path, restored_state
+from writesafe.ledger import (
+    RESTORED_KEY,
+    Signal,
+    Status,
+    declare_restored,
+    mark_path,
+    prune,
+    restored_state,
+)
 
 KEYS = [f"order-{n}" for n in range(100)]
 SIDE_FILES = ("-wal", "-shm")
@@ -175,3 +185,160 @@ def test_a_postgres_schema_restored_while_stopped_runs_no_key_twice_once_declare
     state = asyncio.run(restored_of(PG_URL, **options))
     assert state is not None
     assert state.detected_by is Signal.OPERATOR
+
+
+async def restore_declared(ws: WriteSafe) -> None:
+    await ws.start()
+    await declare_restored(ws.ledger, datetime.now(UTC), timedelta(days=1))
+    await ws._guard.check_restores()
+
+
+async def test_a_tool_without_a_lookup_is_refused_as_a_handoff_while_restored(
+    tmp_path: Path,
+) -> None:
+    ws = WriteSafe(f"sqlite+aiosqlite:///{tmp_path / 'ledger.db'}")
+    sent: list[str] = []
+
+    @ws.tool("notify")
+    async def notify(text: str) -> str:
+        sent.append(text)
+        return text
+
+    try:
+        await restore_declared(ws)
+        for _ in range(2):  # asked again: the same answer, still nothing sent
+            with pytest.raises(WriteSafeError) as refused:
+                await notify("hello", idempotency_key="n-1")
+            envelope = refused.value.envelope
+            assert (envelope.code, envelope.cause) == ("UNKNOWN_ERROR", "ledger_restored")
+            assert (envelope.next_action, envelope.side_effects) == ("handoff", "unknown")
+        assert sent == []
+        status = await ws.status("n-1")
+        assert status is not None
+        assert status.status is Status.OUTCOME_UNKNOWN
+        assert [(a.kind, a.outcome, a.code) for a in status.attempts] == [
+            ("execution", "outcome_unknown", RESTORED_KEY)
+        ]
+    finally:
+        await ws.close()
+
+
+async def test_a_lookup_that_cannot_tell_runs_nothing_and_the_key_runs_once_it_can(
+    tmp_path: Path,
+) -> None:
+    ws = WriteSafe(f"sqlite+aiosqlite:///{tmp_path / 'ledger.db'}")
+    answers: list[Found | NotFound | Unknown] = [Unknown("the shop is down"), NotFound()]
+    effects: list[str] = []
+
+    async def find(op: Any) -> Found | NotFound | Unknown:
+        return answers.pop(0)
+
+    @ws.tool("place_order", lookup=find, settle_after=0)
+    async def place_order(sku: str) -> str:
+        effects.append(sku)
+        return "placed"
+
+    try:
+        await restore_declared(ws)
+        with pytest.raises(WriteSafeError) as held:
+            await place_order("A1", idempotency_key="o-1")
+        envelope = held.value.envelope
+        assert (envelope.code, envelope.cause) == ("OUTCOME_UNKNOWN", "ledger_restored")
+        assert "the shop is down" in envelope.message
+        assert effects == []
+
+        assert await place_order("A1", idempotency_key="o-1") == "placed"  # proven absent
+        assert effects == ["A1"]
+    finally:
+        await ws.close()
+
+
+def test_a_lost_mark_or_pruned_rows_are_no_restore(tmp_path: Path) -> None:
+    """The file removed: no signal, never an alarm. Every row pruned: the ledger's own record
+    of the largest id it held keeps it level with the mark."""
+    url = f"sqlite+aiosqlite:///{tmp_path / 'ledger.db'}"
+    shop = Shop()
+    asyncio.run(place(WriteSafe(url), shop, KEYS[:10]))
+    mark_path(tmp_path / "ledger.db").unlink()
+    asyncio.run(place(WriteSafe(url), shop, KEYS[10:20]))
+
+    async def prune_all() -> None:
+        ws = WriteSafe(url)
+        try:
+            await ws.start()
+            await prune(ws.ledger, timedelta(microseconds=1))
+        finally:
+            await ws.close()
+
+    asyncio.run(prune_all())
+    asyncio.run(place(WriteSafe(url), shop, KEYS[20:30]))
+
+    assert asyncio.run(restored_of(url)) is None
+    assert shop.effects == Counter(KEYS[:30])
+
+
+async def test_a_pruned_postgres_ledger_is_no_restore(pg_schema: str) -> None:
+    """PostgreSQL prunes the newest row too, under the process that created it: the largest id
+    the ledger has held is kept in it, so its level stays at this process's mark."""
+    ws = WriteSafe(PG_URL, schema=pg_schema, auto_migrate=True)
+    tool = Shop().guard(ws)
+    try:
+        for key in KEYS[:10]:
+            await tool("A1", idempotency_key=key)
+        assert await ws._guard._restores.check() is None
+        assert (await prune(ws.ledger, timedelta(microseconds=1))).operations == 10
+        assert await ws._guard._restores.check() is None
+    finally:
+        await ws.close()
+
+
+async def test_a_new_postgres_timeline_is_a_restore(pg_schema: str) -> None:
+    """A promoted replica or a point-in-time recovery runs on a new timeline; the ledger's row
+    still holds the one it was last checked on (set back here, as a replica's copy holds it)."""
+    ws = WriteSafe(PG_URL, schema=pg_schema, auto_migrate=True)
+    try:
+        await ws.start()
+        async with ws.ledger.engine.begin() as conn:
+            await conn.execute(text("UPDATE writesafe_ledger_state SET timeline = timeline - 1"))
+        state = await ws._guard._restores.check()
+        assert state is not None
+        assert state.detected_by is Signal.TIMELINE
+    finally:
+        await ws.close()
+
+
+def test_a_postgres_ledger_restored_behind_its_redis_mark_runs_no_key_twice(
+    tmp_path: Path, pg_schema: str, redis_prefix: str
+) -> None:
+    """A new process after the restore, Redis's cached outcomes gone (expired, evicted) but its
+    mark kept: the mark tells."""
+    backup = tmp_path / "ledger.dump"
+    options = {
+        "schema": pg_schema,
+        "auto_migrate": True,
+        "redis_url": REDIS_URL,
+        "redis_prefix": redis_prefix,
+    }
+    shop = Shop()
+    asyncio.run(place(WriteSafe(PG_URL, **options), shop, KEYS[:50]))
+    dump(pg_schema, backup)
+    asyncio.run(place(WriteSafe(PG_URL, **options), shop, KEYS[50:]))
+    restore(pg_schema, backup)
+
+    async def forget_outcomes() -> None:
+        redis = Redis.from_url(REDIS_URL)
+        try:
+            async for name in redis.scan_iter(match=f"{redis_prefix}:*"):
+                if b":ledger-mark:" not in name:
+                    await redis.delete(name)
+        finally:
+            await redis.aclose()
+
+    asyncio.run(forget_outcomes())
+    answers = asyncio.run(place(WriteSafe(PG_URL, **options), shop, KEYS))
+
+    assert answers == [{"order": key} for key in KEYS]
+    assert shop.effects == Counter(KEYS)
+    state = asyncio.run(restored_of(PG_URL, **options))
+    assert state is not None
+    assert state.detected_by is Signal.MARK
