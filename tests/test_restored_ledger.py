@@ -6,6 +6,7 @@ by `writesafe db restored --since`."""
 from __future__ import annotations
 
 import asyncio
+import json
 import shutil
 import subprocess
 from collections import Counter
@@ -18,14 +19,16 @@ import pytest
 from redis.asyncio import Redis
 from sqlalchemy import text
 from sqlalchemy.engine import make_url
-from typer.testing import CliRunner
+from typer.testing import CliRunner, Result
 
 from tests.conftest import PG_URL, REDIS_URL
+from tests.test_cli_errors import DOWN, one_line_error
 from writesafe import Found, NotFound, Unknown, WriteSafe, WriteSafeError
 from writesafe.cli import app as cli
 from writesafe.idempotency import WriteSafeSettings
 from writesafe.ledger import (
     RESTORED_KEY,
+    ManualClock,
     Signal,
     Status,
     declare_restored,
@@ -342,3 +345,54 @@ def test_a_postgres_ledger_restored_behind_its_redis_mark_runs_no_key_twice(
     state = asyncio.run(restored_of(PG_URL, **options))
     assert state is not None
     assert state.detected_by is Signal.MARK
+
+
+def test_db_restored_declares_shows_and_clears_with_one_line_errors(tmp_path: Path) -> None:
+    url = f"sqlite+aiosqlite:///{tmp_path / 'ledger.db'}"
+    asyncio.run(place(WriteSafe(url), Shop(), KEYS[:1]))
+
+    def restored(*options: str) -> Result:
+        return CliRunner().invoke(cli, ["db", "restored", *options, "--database-url", url])
+
+    for options, why in [
+        (("--since", "yesterday"), "is not an ISO 8601 time"),
+        (("--since", "2026-12-01T06:00:00"), "has no time zone"),
+        (("--since", "2999-01-01T00:00:00Z"), "is in the future"),
+        (("--since", "2026-12-01T06:00:00Z", "--clear"), "give one of"),
+    ]:
+        assert why in one_line_error(restored(*options), 2)
+    assert "127.0.0.1:1/none could not be reached" in one_line_error(
+        CliRunner().invoke(cli, ["db", "restored", "--database-url", DOWN]), 3
+    )
+    assert restored("--status").exit_code == 0
+    assert "not restored" in restored("--status").stdout
+
+    assert restored("--since", "2026-12-01T06:00:00+00:00").exit_code == 0
+    shown = restored("--status", "--json")
+    assert shown.exit_code == 1  # a restore is open
+    state = json.loads(shown.stdout)["restored"]
+    assert (state["since"], state["detected_by"]) == ("2026-12-01T06:00:00+00:00", "operator")
+
+    assert restored("--clear").exit_code == 0
+    assert restored("--status").exit_code == 0
+
+
+def test_a_restore_closes_by_itself_after_the_retention_period(tmp_path: Path) -> None:
+    """Every key it may have forgotten would have been pruned by then: a key is new again."""
+    clock = ManualClock()
+    ws = WriteSafe(f"sqlite+aiosqlite:///{tmp_path / 'ledger.db'}", clock=clock)
+
+    async def scenario() -> None:
+        try:
+            await ws.start()
+            retention = timedelta(seconds=ws.settings.retention)
+            await declare_restored(ws.ledger, clock.now(), retention)
+            clock.advance(retention.total_seconds() - 1)
+            assert await ws._guard._restores.check() is not None
+            clock.advance(1)
+            assert await ws._guard._restores.check() is None
+            assert await restored_state(ws.ledger) is None
+        finally:
+            await ws.close()
+
+    asyncio.run(scenario())
