@@ -188,9 +188,11 @@ class Guard:
     async def close(self) -> None:
         await self.flush()
         await self._leases.close()
-        # Raise the ledger's marks to what this process committed, for a restore to be seen.
+        # Raise the ledger's marks to what this process committed, for a restore to be seen;
+        # briefly: a ledger that is gone by now holds up no close.
         with contextlib.suppress(*LEDGER_ERRORS):
-            await self._restores.last_check()
+            async with asyncio.timeout(self.settings.record_retry_seconds):
+                await self._restores.last_check()
 
     @logged_call
     @traced_call

@@ -1,9 +1,11 @@
 """The guard's cached answer to "was the ledger restored?", checked rarely and off the hot path.
 
-A first execution asks `RestoreWatch.restored` with the id its claim was given: the cached
-answer, unless `every` seconds have passed or the id is not above one this process created
-before (a sign of a rollback: a restored ledger hands out ids again), when the ledger is
-checked against its marks (`writesafe.ledger._restore`). Replays and continuations never ask.
+A process checks the ledger against its marks (`writesafe.ledger._restore`) as it opens it
+and closes it. In between, a first execution asks `RestoreWatch.restored` with the id its claim
+was given: the cached answer, unless `every` seconds have passed or the id is not above one this
+process created before (a restored SQLite ledger hands its ids out again; PostgreSQL's restored
+sequence does until conflicting claims have spent past them), when it checks again. Replays and
+continuations never ask: the ledger knows their keys.
 """
 
 from __future__ import annotations

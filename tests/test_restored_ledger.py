@@ -226,7 +226,7 @@ async def test_a_tool_without_a_lookup_is_refused_as_a_handoff_while_restored(
         await ws.close()
 
 
-async def test_a_lookup_that_cannot_tell_runs_nothing_and_the_key_runs_once_it_can(
+async def test_a_lookup_that_cannot_tell_runs_nothing_and_reconciliation_lets_the_key_run(
     tmp_path: Path,
 ) -> None:
     ws = WriteSafe(f"sqlite+aiosqlite:///{tmp_path / 'ledger.db'}")
@@ -250,8 +250,13 @@ async def test_a_lookup_that_cannot_tell_runs_nothing_and_the_key_runs_once_it_c
         assert "the shop is down" in envelope.message
         assert effects == []
 
-        assert await place_order("A1", idempotency_key="o-1") == "placed"  # proven absent
+        report = await ws.reconcile()  # the reconciler asks again: proven absent
+        assert (report.examined, report.absent) == (1, 1)
+        assert await place_order("A1", idempotency_key="o-1") == "placed"  # it runs now
         assert effects == ["A1"]
+        status = await ws.status("o-1")
+        assert status is not None
+        assert (status.status, status.executions) == (Status.SUCCEEDED, 2)
     finally:
         await ws.close()
 
