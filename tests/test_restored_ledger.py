@@ -101,11 +101,17 @@ def test_a_sqlite_ledger_restored_from_a_file_copy_runs_no_key_twice(
 
     answers = asyncio.run(place(WriteSafe(url), shop, KEYS))
 
+    ran_once_each(answers, shop, (Signal.MARK if signal == "mark" else Signal.OPERATOR), url)
+
+
+def ran_once_each(answers: list[Any], shop: Shop, signal: Signal, url: str, **options: Any) -> None:
+    """Every key got its own answer and had its effect once, and the ledger holds the restore
+    as `signal` told it."""
     assert answers == [{"order": key} for key in KEYS]
     assert shop.effects == Counter(KEYS)
-    state = asyncio.run(restored_of(url))
+    state = asyncio.run(restored_of(url, **options))
     assert state is not None
-    assert state.detected_by is (Signal.MARK if signal == "mark" else Signal.OPERATOR)
+    assert state.detected_by is signal
 
 
 async def restored_of(url: str, **options: Any) -> Any:
@@ -160,11 +166,7 @@ def test_a_postgres_schema_restored_under_a_running_service_runs_no_key_twice(
 
     answers = asyncio.run(scenario())
 
-    assert answers == [{"order": key} for key in KEYS]
-    assert shop.effects == Counter(KEYS)
-    state = asyncio.run(restored_of(PG_URL, schema=pg_schema))
-    assert state is not None
-    assert state.detected_by is Signal.MARK
+    ran_once_each(answers, shop, Signal.MARK, PG_URL, schema=pg_schema)
 
 
 def test_a_postgres_schema_restored_while_stopped_runs_no_key_twice_once_declared(
@@ -183,11 +185,7 @@ def test_a_postgres_schema_restored_while_stopped_runs_no_key_twice_once_declare
 
     answers = asyncio.run(place(WriteSafe(PG_URL, **options), shop, KEYS))
 
-    assert answers == [{"order": key} for key in KEYS]
-    assert shop.effects == Counter(KEYS)
-    state = asyncio.run(restored_of(PG_URL, **options))
-    assert state is not None
-    assert state.detected_by is Signal.OPERATOR
+    ran_once_each(answers, shop, Signal.OPERATOR, PG_URL, **options)
 
 
 async def restore_declared(ws: WriteSafe) -> None:
@@ -345,11 +343,7 @@ def test_a_postgres_ledger_restored_behind_its_redis_mark_runs_no_key_twice(
     asyncio.run(forget_outcomes())
     answers = asyncio.run(place(WriteSafe(PG_URL, **options), shop, KEYS))
 
-    assert answers == [{"order": key} for key in KEYS]
-    assert shop.effects == Counter(KEYS)
-    state = asyncio.run(restored_of(PG_URL, **options))
-    assert state is not None
-    assert state.detected_by is Signal.MARK
+    ran_once_each(answers, shop, Signal.MARK, PG_URL, **options)
 
 
 def test_db_restored_declares_shows_and_clears_with_one_line_errors(tmp_path: Path) -> None:
