@@ -17,6 +17,7 @@ import secrets
 import time
 from collections.abc import Coroutine
 from dataclasses import dataclass
+from datetime import timedelta
 from typing import TYPE_CHECKING, Any, NoReturn
 
 from tenacity import (
@@ -37,6 +38,8 @@ from writesafe.idempotency._logging import logged_call, operation_logged
 from writesafe.idempotency._metrics import RETRIES, RETRIES_THROTTLED, answered
 from writesafe.idempotency._reads import run_read
 from writesafe.idempotency._recording import LEDGER_ERRORS, record_outcome
+from writesafe.idempotency._restore_watch import RestoreWatch
+from writesafe.idempotency._restored_gate import first_run_gate
 from writesafe.idempotency._results import ResultNotStored
 from writesafe.idempotency._spec import GuardedCall
 from writesafe.idempotency._store_answers import (
@@ -74,6 +77,7 @@ from writesafe.reconciler._refusals import (
     unrecorded,
     write_not_started,
 )
+from writesafe.reconciler._restored import FirstRun, decide_first_run
 from writesafe.reconciler._retry import RetrySignal, defer, replay_timed
 from writesafe.reconciler._views import operation_info
 
@@ -89,6 +93,8 @@ class GuardSettings:
 
     lease_seconds: float = 15.0
     record_retry_seconds: float = 2.0
+    retention: timedelta = timedelta(days=1)  # how long a restore stays open (ledger._restore)
+    restore_check_seconds: float = 10.0  # how stale the cached "not restored" may be
 
 
 @dataclass(frozen=True, slots=True)
@@ -140,6 +146,12 @@ class Guard:
         # Whether `look_now` can look without the loop: Redis's claim, or the embedded ledger's
         # local read (PostgreSQL alone has no read without a round trip on the loop's pool).
         self._looks_now = keystore is not None or ledger.is_sqlite
+        self._restores = RestoreWatch(
+            ledger,
+            keystore,
+            retention=settings.retention,
+            every=settings.restore_check_seconds,
+        )
         self._start_loop_state()
 
     def _start_loop_state(self) -> None:
@@ -156,7 +168,13 @@ class Guard:
         """Drop what the calls of an event loop this process has left kept here. Those calls
         are gone: their leases are no longer renewed, so they run out and reconciliation takes
         over operations they left in flight, as after a crash."""
+        self._restores.forget_loop()
         self._start_loop_state()
+
+    async def check_restores(self) -> None:
+        """Check now whether the ledger was restored (as the process opens it), and raise its
+        marks; first executions then rely on the cached answer for a while."""
+        await self._restores.check()
 
     async def flush(self) -> None:
         """Wait for the Redis cache writes still running behind answers already given."""
@@ -165,6 +183,11 @@ class Guard:
     async def close(self) -> None:
         await self.flush()
         await self._leases.close()
+        # Raise the ledger's marks to what this process committed, for a restore to be seen;
+        # briefly: a ledger that is gone by now holds up no close.
+        with contextlib.suppress(*LEDGER_ERRORS):
+            async with asyncio.timeout(self.settings.record_retry_seconds):
+                await self._restores.last_check()
 
     @logged_call
     @traced_call
@@ -377,6 +400,8 @@ class Guard:
             operation, created=claim.created, owner=owner, fingerprint=call.fingerprint
         )
         if action is RowAction.EXECUTE:
+            if claim.created:
+                return await self._first_run(call, operation, owner, leased_at)
             return await self._execute(call, operation, owner, leased_at)
         settled = self._settled(call, operation, action)
         if settled is not None:
@@ -399,6 +424,24 @@ class Guard:
         if isinstance(decision, Resumed):
             return await self._execute(call, decision.operation, owner, decision.leased_at)
         return _Answer(decision.value, "reconciled", decision.operation)
+
+    async def _first_run(
+        self, call: GuardedCall, operation: OperationRecord, owner: str, leased_at: float
+    ) -> _Answer | _Busy:
+        """The first execution of a key the ledger did not know: at once, unless the ledger
+        is restored and may have forgotten it (`first_run_gate`)."""
+        restored = await self._restores.restored(operation.id)
+        if decide_first_run(restored, has_lookup=call.tool.lookup is not None) is FirstRun.EXECUTE:
+            return await self._execute(call, operation, owner, leased_at)
+        assert restored is not None
+        gated = await first_run_gate(
+            self.ledger, self.codes, call, operation, owner, restored, leased_at
+        )
+        if gated is None:
+            return _Busy(0)
+        if isinstance(gated, Resumed):
+            return await self._execute(call, gated.operation, owner, gated.leased_at)
+        return _Answer(gated.value, "reconciled", gated.operation)
 
     def _settled(
         self, call: GuardedCall, operation: OperationRecord, action: RowAction

@@ -29,6 +29,11 @@ class WriteSafeSettings(BaseSettings):
         gt=0,
         description="seconds a final operation and its attempts are kept (docs/operations.md)",
     )
+    restore_check_seconds: float = Field(
+        default=10.0,
+        ge=0,
+        description="seconds between checks that the ledger was not restored (docs/operations.md)",
+    )
     max_result_bytes: int = Field(
         default=DEFAULT_MAX_RESULT_BYTES,
         ge=1,

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 from collections.abc import Callable, Coroutine, Mapping
+from datetime import timedelta
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, ParamSpec, Protocol, TypeVar, cast, overload
 
@@ -140,7 +141,11 @@ class WriteSafe:
             self.ledger,
             self.keystore,
             self.codes,
-            GuardSettings(lease_seconds=self.settings.lease_seconds),
+            GuardSettings(
+                lease_seconds=self.settings.lease_seconds,
+                retention=timedelta(seconds=self.settings.retention),
+                restore_check_seconds=self.settings.restore_check_seconds,
+            ),
         )
         self._auto_migrate = self.ledger.is_sqlite if auto_migrate is None else auto_migrate
         self._tools: dict[str, Tool[Any]] = {}
@@ -297,6 +302,7 @@ class WriteSafe:
                 await self.ledger.migrate()
             else:
                 await self.ledger.check_schema()
+            await self._guard.check_restores()  # a ledger restored since it was last opened
             self._ready = True
 
     async def guard(self) -> Guard:

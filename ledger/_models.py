@@ -212,6 +212,24 @@ class Attempt(Base):
     finished_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
 
 
+class LedgerState(Base):
+    """The ledger's one state row: its identity for the mark kept outside it, the largest id
+    that mark was raised to, and a restore while it is open (migration 0005)."""
+
+    __tablename__ = "writesafe_ledger_state"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=False)
+    ledger_id: Mapped[str] = mapped_column(String(32))
+    seen_id: Mapped[int] = mapped_column(BigInteger)
+    generation: Mapped[int] = mapped_column(BigInteger)
+    timeline: Mapped[int | None] = mapped_column(BigInteger)
+    checked_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
+    restored_since: Mapped[datetime | None] = mapped_column(UTCDateTime())
+    detected_by: Mapped[str | None] = mapped_column(String(16))
+    recorded_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
+    closes_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
+
+
 class ApiKey(Base):
     """A service API key: only the SHA-256 of its secret is kept, with its scope and role."""
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from writesafe.ledger import LATE_SEND, LEASE_EXPIRED, OperationRecord
+from writesafe.ledger import LATE_SEND, LEASE_EXPIRED, RESTORED_KEY, OperationRecord
 from writesafe.reconciler._causes import Untrusted
 from writesafe.reconciler._contract import (
     Code,
@@ -70,6 +70,6 @@ def after_absence(operation: OperationRecord, codes: CodeRegistry) -> Absence:
 def _lost_in_transit(code: str | None, codes: CodeRegistry) -> bool:
     # The outcome was unknown because the request was sent and its answer lost (or its worker
     # died), not because something failed in a way nobody classified.
-    if code is None or code in (Code.OUTCOME_UNKNOWN, LEASE_EXPIRED, LATE_SEND):
+    if code is None or code in (Code.OUTCOME_UNKNOWN, LEASE_EXPIRED, LATE_SEND, RESTORED_KEY):
         return True
     return code in codes and codes.verdict(code).next_action is NextAction.RECONCILE

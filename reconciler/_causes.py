@@ -75,6 +75,11 @@ KEY_STORE = "key_store"
 readiness ask it; the guard itself never fails on it)."""
 
 
+LEDGER_RESTORED = "ledger_restored"
+"""The cause of a first execution that did not run because the ledger was restored and may have
+forgotten it (`writesafe.reconciler._restored`)."""
+
+
 class Lost(StrEnum):
     """How the answer of a call that may have had an effect was lost."""
 

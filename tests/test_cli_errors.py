@@ -17,7 +17,7 @@ from tests.conftest import PG_URL, run_sync
 from tests.conftest import _pg_execute as pg_execute
 from writesafe import ToolError, WriteSafe, WriteSafeError
 from writesafe.cli import app
-from writesafe.ledger import head_revision
+from writesafe.ledger import head_revision, mark_path
 
 DOWN = "postgresql+asyncpg://postgres@127.0.0.1:1/none"  # nothing listens on port 1
 APP = """
@@ -96,6 +96,7 @@ def test_a_failed_keys_create_leaves_no_empty_ledger(workdir: Path) -> None:
     refused = cli("keys", "create", "--scope", "", "--name", "ops", "--app", "myapp:ws")
     assert refused.exit_code == 2
     assert not (workdir / "writesafe.db").exists()
+    assert not mark_path(workdir / "writesafe.db").exists()  # nor its restore mark
 
 
 def test_status_json_uses_the_contract_names(workdir: Path) -> None:

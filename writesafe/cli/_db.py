@@ -14,6 +14,7 @@ from sqlalchemy.schema import CreateSchema
 from writesafe.cli._exit import ExitCode
 from writesafe.cli._loading import app_or_settings
 from writesafe.cli._options import AppOption, DatabaseUrlOption, JsonOption, SchemaOption
+from writesafe.cli._restored import restored
 from writesafe.cli._runner import run
 from writesafe.idempotency import WriteSafe
 from writesafe.ledger import (
@@ -137,3 +138,6 @@ def prune_summary(report: PruneReport) -> dict[str, object]:
         "seconds": round(report.seconds, 3),
         "cutoff": None if report.cutoff is None else report.cutoff.isoformat(),
     }
+
+
+db_app.command("restored")(restored)

@@ -23,7 +23,7 @@ from writesafe.idempotency import (
     WriteSafe,
     WriteSafeError,
 )
-from writesafe.ledger import LedgerNotMigrated
+from writesafe.ledger import LedgerNotMigrated, mark_path
 from writesafe.reconciler._ledger_causes import ledger_failure
 
 T = TypeVar("T")
@@ -63,7 +63,8 @@ def run(
         return asyncio.run(main())
     except BaseException as error:
         if missing and path is not None:
-            for created in (path, *(path.with_name(path.name + s) for s in _SQLITE_SIDE_FILES)):
+            sides = (path.with_name(path.name + s) for s in _SQLITE_SIDE_FILES)
+            for created in (path, mark_path(path), *sides):
                 created.unlink(missing_ok=True)
         if isinstance(error, typer.Exit | KeyboardInterrupt) or not isinstance(error, Exception):
             raise
