@@ -21,6 +21,7 @@ from writesafe.reconciler import (
     Established,
     ProvenAbsent,
     Unsettled,
+    caller_envelope,
     judge_lookup,
     operation_info,
     run_lookup,
@@ -61,12 +62,7 @@ async def replay_gate(
     call ends here without a result.
     """
     if operation.status is Status.NEEDS_ATTENTION:
-        raise _unknown(
-            codes,
-            operation,
-            Unsettled.NEEDS_ATTENTION,
-            "reconciliation could not establish the outcome; an operator must",
-        )
+        raise _handoff(codes, operation)
     spec = call.tool.lookup_spec(codes)
     if spec.lookup is None:
         stored = stored_envelope(operation, codes)  # the answer the operation ended with
@@ -120,6 +116,14 @@ async def replay_gate(
     raise _unknown(
         codes, operation, why, f"the lookup could not confirm it: {reason}", retry_after_ms
     )
+
+
+def _handoff(codes: CodeRegistry, operation: OperationRecord) -> WriteSafeError:
+    """The escalated operation's answer: a handoff, as every rendering shows it."""
+    stored = stored_envelope(operation, codes)
+    envelope = caller_envelope(operation.status, stored, operation_info(operation), codes)
+    assert envelope is not None, "an escalated operation always has a caller envelope"
+    return WriteSafeError(envelope)
 
 
 def _unknown(

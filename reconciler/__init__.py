@@ -66,6 +66,7 @@ from writesafe.reconciler._decisions import (
     judge_lookup,
     next_poll,
 )
+from writesafe.reconciler._escalation import caller_envelope, escalated
 from writesafe.reconciler._failures import (
     AfterFailure,
     after_failure,
@@ -236,6 +237,7 @@ __all__ = [
     "after_failure",
     "answer_failure",
     "attempts_left",
+    "caller_envelope",
     "classify_exception",
     "committed_earlier",
     "cut_short",
@@ -244,6 +246,7 @@ __all__ = [
     "defer",
     "disagreement",
     "envelope_json_schema",
+    "escalated",
     "exception_evidence",
     "exhausted",
     "failed_operation",
