@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from writesafe.idempotency._errors import WriteSafeError
+from writesafe.idempotency._replays import decoded
 from writesafe.idempotency._spec import GuardedCall
 from writesafe.ledger import AttemptKind, Intent, Ledger, OperationRecord, Status, dumps_json
 from writesafe.reconciler import (
@@ -89,7 +90,7 @@ async def replay_gate(
         )
         if found is None:
             return None
-        return Reconciled(call.tool.codec.decode(verdict.result), found)
+        return Reconciled(decoded(call, verdict.result, operation_info(found), codes), found)
     if isinstance(verdict, ProvenAbsent):
         absence = verdict.absence
         if absence.continues:
@@ -109,6 +110,17 @@ async def replay_gate(
         if failed is None:
             return None
         raise WriteSafeError(absence.envelope.with_operation(operation_info(failed)))
+    if verdict.escalate:
+        escalated = await ledger.settle(
+            operation,
+            AttemptKind.LOOKUP,
+            audit,
+            status=Status.NEEDS_ATTENTION,
+            next_check_at=None,
+        )
+        if escalated is None:
+            return None
+        raise _handoff(codes, escalated)
     await ledger.record_attempt(operation.id, AttemptKind.LOOKUP, **audit)
     reason = check.evidence.get("reason", "the lookup could not tell")
     retry_after_ms = check.retry_after_ms(started_at, _ASK_AGAIN_MS)

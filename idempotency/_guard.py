@@ -37,6 +37,7 @@ from writesafe.idempotency._logging import logged_call, operation_logged
 from writesafe.idempotency._metrics import RETRIES, RETRIES_THROTTLED, answered
 from writesafe.idempotency._reads import run_read
 from writesafe.idempotency._recording import LEDGER_ERRORS, record_outcome
+from writesafe.idempotency._replays import decoded
 from writesafe.idempotency._results import ResultNotStored
 from writesafe.idempotency._spec import GuardedCall
 from writesafe.idempotency._store_answers import (
@@ -55,6 +56,7 @@ from writesafe.reconciler import (
     Continuation,
     ErrorEnvelope,
     OperationInfo,
+    ResultMisfit,
     RetrySignal,
     RowAction,
     after_failure,
@@ -70,6 +72,7 @@ from writesafe.reconciler import (
     in_progress,
     key_reused,
     ledger_lost,
+    misfit_outcome,
     next_poll,
     not_stored,
     operation_info,
@@ -524,6 +527,10 @@ class Guard:
             try:
                 encoded, value = call.tool.codec.normalise(value)
                 outcome = Outcome(Status.SUCCEEDED, result=encoded)
+            except ResultMisfit as misfit:
+                logger.warning("result of %s/%s escalated: %s", call.scope, call.key, misfit)
+                evidence = call.tool.redaction.evidence(misfit.evidence)
+                outcome = misfit_outcome(misfit, evidence, self.codes)
             except ResultNotStored as unstorable:
                 logger.warning("result of %s/%s not stored: %s", call.scope, call.key, unstorable)
                 outcome = not_stored(str(unstorable), unstorable.evidence, self.codes)
@@ -612,7 +619,8 @@ class Guard:
     def _replay_cached(self, call: GuardedCall, cached: CachedOutcome) -> _Answer:
         if cached.fingerprint != call.fingerprint:
             raise self._key_reused(call, cached.tool, cached.operation_info(call.key))
-        return _Answer(call.tool.codec.decode(cached.result), "replayed", None)
+        value = decoded(call, cached.result, cached.operation_info(call.key), self.codes)
+        return _Answer(value, "replayed", None)
 
     def _key_reused(self, call: GuardedCall, tool: str, info: OperationInfo) -> WriteSafeError:
         return WriteSafeError(key_reused(call.key, tool, info, self.codes))
@@ -645,7 +653,8 @@ class Guard:
         """A succeeded operation's answer again: its result, or the envelope it has instead."""
         if operation.result is None:
             raise self._stored_failure(operation)
-        return _Answer(call.tool.codec.decode(operation.result), "replayed", operation)
+        value = decoded(call, operation.result, operation_info(operation), self.codes)
+        return _Answer(value, "replayed", operation)
 
 
 def _count(call: GuardedCall, answer: str, started: float) -> None:

@@ -59,7 +59,7 @@ class ToolSpec:
             lookup=None if self.lookup is None else traced_lookup(self.lookup),
             settle_after=self.settle_after,
             timeout=self.lookup_timeout,
-            encode=self.codec.encode,
+            encode=self.codec.check,
             redaction=self.redaction,
             codes=codes,
         )

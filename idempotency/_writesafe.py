@@ -8,8 +8,6 @@ from collections.abc import Callable, Coroutine, Mapping
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar, cast, overload
 
-from pydantic import ValidationError
-
 from writesafe.idempotency._arguments import KEY_PARAMETER
 from writesafe.idempotency._context import OperationContext, current_operation
 from writesafe.idempotency._errors import invalid_input
@@ -41,6 +39,7 @@ from writesafe.reconciler import (
     Redaction,
     Redactor,
     Resolution,
+    ResultMisfit,
     RetryBudget,
     RetryPolicy,
     resolve_operation,
@@ -474,11 +473,10 @@ class WriteSafe:
         try:
             if registered is None:  # not registered here: no declared form to check against
                 return canonical_json(result)
-            return registered.spec.codec.fit(result)
-        except ValidationError as error:
-            problem = error.errors()[0]
-            where = ".".join(str(part) for part in problem["loc"]) or "result"
-            message = f"the result does not fit what {tool!r} stores: {where}: {problem['msg']}"
+            return registered.spec.codec.check(result)
+        except ResultMisfit as misfit:
+            where, what = misfit.problems[0] if misfit.problems else ("", "does not fit")
+            message = f"the result does not fit what {tool!r} stores: {where or 'result'}: {what}"
             raise invalid_input("result", message) from None
         except ResultNotStored as unstorable:
             raise invalid_input("result", str(unstorable)) from None

@@ -76,6 +76,13 @@ from writesafe.reconciler._failures import (
 )
 from writesafe.reconciler._http_preset import HTTP_ADAPTER, HTTP_RULES, http_adapter
 from writesafe.reconciler._lookup import Found, LookupResult, NotFound, Unknown
+from writesafe.reconciler._misfit import (
+    RESULT_INVALID,
+    ResultMisfit,
+    escalated_misfit,
+    misfit_outcome,
+    replay_misfit,
+)
 from writesafe.reconciler._problem import (
     HTTP_STATUS,
     PROBLEM_MEDIA_TYPE,
@@ -171,6 +178,7 @@ __all__ = [
     "PROBLEM_MEDIA_TYPE",
     "REDACTED",
     "RESOLVABLE",
+    "RESULT_INVALID",
     "SCHEMA",
     "WEBMCP_CODES",
     "Absence",
@@ -217,6 +225,7 @@ __all__ = [
     "Resolution",
     "ResolutionRefused",
     "ResponseAdapter",
+    "ResultMisfit",
     "RetryBudget",
     "RetryPolicy",
     "RetrySignal",
@@ -247,6 +256,7 @@ __all__ = [
     "disagreement",
     "envelope_json_schema",
     "escalated",
+    "escalated_misfit",
     "exception_evidence",
     "exhausted",
     "failed_operation",
@@ -262,12 +272,14 @@ __all__ = [
     "judge_lookup",
     "key_reused",
     "ledger_lost",
+    "misfit_outcome",
     "next_poll",
     "not_stored",
     "operation_info",
     "parse_retry_after",
     "read_envelope",
     "redact_text",
+    "replay_misfit",
     "replay_timed",
     "resolve_operation",
     "response_of",

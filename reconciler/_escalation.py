@@ -23,7 +23,9 @@ ESCALATED = (
 )
 
 
-def escalated(info: OperationInfo, codes: CodeRegistry, why: str | None = None) -> ErrorEnvelope:
+def escalated(
+    info: OperationInfo | None, codes: CodeRegistry, why: str | None = None
+) -> ErrorEnvelope:
     """The handoff envelope of an operation escalated to a person; `why`: what escalated it."""
     message = ESCALATED if why is None else f"{ESCALATED}: {why}"
     return codes.envelope(
