@@ -102,7 +102,7 @@ class Tool(Generic[R]):
         `key_from_arguments`, or for a read-only tool, which needs none) `call:` + the fingerprint
         of the tool name and canonical arguments.
         """
-        bound = bind(self.spec.signature, args, kwargs, self.spec.plain_parameters)
+        bound = bind(self.spec.parameters, args, kwargs)
         digest = fingerprint(self.spec.name, bound.arguments_json)
         key: object = idempotency_key
         if key is None and self.spec.key_function is not None:

@@ -3,10 +3,13 @@ and a lookup answer the ledger can disprove, or one that came too late, is not b
 
 from __future__ import annotations
 
+import datetime
+import decimal
 import time
 from typing import Any
 
 import pytest
+from pydantic import BaseModel
 
 from tests.conftest import MakeWriteSafe
 from tests.reconcile_support import DEAD_WORKER, Shop, order_tool
@@ -202,3 +205,76 @@ async def test_an_unknown_answer_is_still_asked_again(make_ws: MakeWriteSafe) ->
     ws, _, _ = await _never_sent(make_ws, Unknown("index stale"))
     report = await ws.reconcile()
     assert (report.examined, report.still_unknown, report.escalated) == (1, 1, 0)
+
+
+class Order(BaseModel):
+    sku: str
+    quantity: int = 1
+
+
+@pytest.mark.parametrize("backend", ["sqlite"])  # refused before any store is touched
+@pytest.mark.parametrize(
+    ("args", "kwargs", "field"),
+    [
+        pytest.param(("abc",), {}, "n", id="not-an-int"),
+        pytest.param((), {}, "n", id="missing"),
+        pytest.param((1,), {"colour": "red"}, "colour", id="unexpected"),
+        pytest.param((1, 2, 3), {}, "arguments", id="too-many"),
+        pytest.param((1,), {"order": {"sku": 7}}, "order.sku", id="a-model-field"),
+    ],
+)
+async def test_arguments_are_what_the_tool_declares(
+    make_ws: MakeWriteSafe, args: tuple[Any, ...], kwargs: dict[str, Any], field: str
+) -> None:
+    ws = make_ws()
+
+    @ws.tool("declared")
+    async def declared(n: int, order: Order | None = None) -> None:
+        raise AssertionError("must not execute")
+
+    with pytest.raises(WriteSafeError) as invalid:
+        await declared(*args, **kwargs, idempotency_key="k")  # type: ignore[call-arg]
+    assert (invalid.value.envelope.code, invalid.value.envelope.field) == ("INPUT_INVALID", field)
+    assert await ws.ledger.list() == []
+
+
+@pytest.mark.parametrize("backend", ["sqlite"])
+async def test_the_tool_receives_the_validated_values(make_ws: MakeWriteSafe) -> None:
+    ws = make_ws()
+    seen: list[Any] = []
+
+    @ws.tool("declared")
+    async def declared(n: int, order: Order) -> int:
+        seen.append((n, order))
+        return n
+
+    assert await declared("7", {"sku": "A1"}, idempotency_key="k") == 7  # type: ignore[arg-type]
+    # The declared form is the canonical one: the same call spelt as the declared types replays.
+    assert await declared(7, Order(sku="A1"), idempotency_key="k") == 7
+    assert seen == [(7, Order(sku="A1"))]
+
+
+@pytest.mark.parametrize("backend", ["sqlite"])
+@pytest.mark.parametrize(
+    ("first", "second", "field"),
+    [
+        pytest.param({1, 2}, [1, 2], "x", id="set-and-list"),
+        pytest.param(b"abc", "abc", "x", id="bytes-and-str"),
+        pytest.param(decimal.Decimal("1.10"), "1.10", "x", id="decimal-and-str"),
+        pytest.param({"a": {1: "b"}}, {"a": {"1": "b"}}, "x.a.1", id="int-key-and-str-key"),
+        pytest.param([datetime.date(2026, 1, 2)], ["2026-01-02"], "x.0", id="date-and-str"),
+    ],
+)
+async def test_under_any_values_json_cannot_tell_apart_are_refused(
+    make_ws: MakeWriteSafe, first: Any, second: Any, field: str
+) -> None:
+    ws = make_ws()
+
+    @ws.tool("open")
+    async def open_tool(x: Any) -> Any:
+        return x
+
+    with pytest.raises(WriteSafeError) as refused:
+        await open_tool(first, idempotency_key="k")
+    assert (refused.value.envelope.code, refused.value.envelope.field) == ("INPUT_INVALID", field)
+    assert await open_tool(second, idempotency_key="k") == second  # plain JSON data is accepted
