@@ -15,7 +15,7 @@ from writesafe.idempotency._guard import Guard, GuardSettings
 from writesafe.idempotency._keys import DEFAULT_SCOPE, validate_key
 from writesafe.idempotency._recording import LEDGER_ERRORS
 from writesafe.idempotency._results import ResultCodec, ResultNotStored
-from writesafe.idempotency._settings import WriteSafeSettings
+from writesafe.idempotency._settings import SettingsRefused, WriteSafeSettings
 from writesafe.idempotency._spec import DEFAULT_LOOKUP_TIMEOUT, ToolSpec
 from writesafe.idempotency._sync import SyncTool, SyncWriteSafe, async_face, threaded_lookup
 from writesafe.idempotency._tool import Tool
@@ -43,6 +43,7 @@ from writesafe.reconciler import (
     RetryBudget,
     RetryPolicy,
     resolve_operation,
+    retention_refusal,
 )
 
 if TYPE_CHECKING:
@@ -118,6 +119,7 @@ class WriteSafe:
         self.settings = base.model_copy(
             update={k: v for k, v in overrides.items() if v is not None}
         )
+        _check_retention(self.settings, settle_after=0.0)
         self.codes = codes or CODES
         self._given_clock = clock  # a test's clock; without one the store's clock judges time
         self.redaction = Redaction(redact)
@@ -191,6 +193,7 @@ class WriteSafe:
             lookup = threaded_lookup(cast(Callable[[LookupOperation], LookupResult], lookup))
         if settle_after < 0:
             raise ValueError("settle_after must not be negative")
+        _check_retention(self.settings, settle_after)
         if lookup_timeout <= 0:
             raise ValueError("lookup_timeout must be positive")
         if read_only and lookup is not None:
@@ -482,6 +485,13 @@ class WriteSafe:
             raise invalid_input("result", str(unstorable)) from None
         except (ValueError, TypeError):
             raise invalid_input("result", "the result has no JSON form") from None
+
+
+def _check_retention(settings: WriteSafeSettings, settle_after: float) -> None:
+    """Refuse a retention that could prune a key while its write may still land."""
+    refusal = retention_refusal(settings.retention, settings.lease_seconds, settle_after)
+    if refusal is not None:
+        raise SettingsRefused(refusal)
 
 
 def _required_text(value: object, field: str) -> str:

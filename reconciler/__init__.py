@@ -115,6 +115,7 @@ from writesafe.reconciler._resolve import (
     resolve_operation,
 )
 from writesafe.reconciler._response import DownstreamError, RawResponse, response_of
+from writesafe.reconciler._retention_bound import retention_refusal
 from writesafe.reconciler._retry import (
     DEFAULT_MAX_ELAPSED,
     DEFAULT_RETRY_POLICY,
@@ -283,6 +284,7 @@ __all__ = [
     "replay_timed",
     "resolve_operation",
     "response_of",
+    "retention_refusal",
     "run_lookup",
     "stored_envelope",
     "stored_failure",

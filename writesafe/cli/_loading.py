@@ -12,6 +12,7 @@ from rich.markup import escape
 
 from writesafe.cli._exit import ExitCode
 from writesafe.idempotency import WriteSafe
+from writesafe.idempotency._settings import SettingsRefused
 
 err = Console(stderr=True)
 
@@ -58,4 +59,7 @@ def app_or_settings(app: str | None, database_url: str | None, schema: str | Non
     """The named application, or a bare `WriteSafe` from the options and WRITESAFE_* variables."""
     if app is not None:
         return load_app(app)
-    return WriteSafe(database_url, schema=schema, auto_migrate=False)
+    try:
+        return WriteSafe(database_url, schema=schema, auto_migrate=False)
+    except SettingsRefused as refused:
+        raise fail(str(refused), ExitCode.USAGE) from None
