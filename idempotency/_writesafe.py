@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 from collections.abc import Callable, Coroutine, Mapping
+from datetime import datetime
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar, cast, overload
 
@@ -20,7 +21,14 @@ from writesafe.idempotency._spec import DEFAULT_LOOKUP_TIMEOUT, ToolSpec
 from writesafe.idempotency._sync import SyncTool, SyncWriteSafe, async_face, threaded_lookup
 from writesafe.idempotency._tool import Tool
 from writesafe.idempotency._tracing import traced_reconcile
-from writesafe.ledger import Clock, Ledger, LedgerNotMigrated, canonical_json, loads_json
+from writesafe.ledger import (
+    Clock,
+    Ledger,
+    LedgerNotMigrated,
+    canonical_json,
+    expired_at,
+    loads_json,
+)
 from writesafe.reconciler import (
     CODES,
     DEFAULT_ADAPTER,
@@ -358,7 +366,8 @@ class WriteSafe:
     # -- reading -------------------------------------------------------------------------
 
     async def status(self, key: str, *, scope: str = DEFAULT_SCOPE) -> OperationStatus | None:
-        """What happened to the operation under `key`; None for a key never used."""
+        """What happened to the operation under `key`; None for a key with no operation (never
+        used, or pruned: `expired` tells them apart)."""
         await self.guard()
         operation = await self.ledger.get(validate_key(scope, "scope"), validate_key(key))
         if operation is None:
@@ -366,6 +375,13 @@ class WriteSafe:
         return OperationStatus.from_records(
             operation, await self.ledger.attempts(operation.id), self.codes
         )
+
+    async def expired(self, key: str, *, scope: str = DEFAULT_SCOPE) -> datetime | None:
+        """When retention pruned the operation under `key` (its status is then "expired", not
+        "never seen"); None if it never did. A key that has a newer operation since may have
+        both: `status` is what the key holds now."""
+        await self.guard()
+        return await expired_at(self.ledger, validate_key(scope, "scope"), validate_key(key))
 
     # -- reconciliation ------------------------------------------------------------------
 

@@ -25,7 +25,13 @@ from writesafe.ledger._migrations import (
 )
 from writesafe.ledger._models import ApiKey, Attempt, Base, Operation
 from writesafe.ledger._records import AttemptKind, AttemptRecord, OperationRecord
-from writesafe.ledger._retention import DEFAULT_BATCH_SIZE, FINAL_STATES, PruneReport, prune
+from writesafe.ledger._retention import (
+    DEFAULT_BATCH_SIZE,
+    FINAL_STATES,
+    PruneReport,
+    expired_at,
+    prune,
+)
 from writesafe.ledger._states import (
     TRANSITIONS,
     IllegalTransition,
@@ -73,6 +79,7 @@ __all__ = [
     "current_revision",
     "downgrade",
     "dumps_json",
+    "expired_at",
     "head_revision",
     "loads_json",
     "prune",

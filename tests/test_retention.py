@@ -121,7 +121,16 @@ async def test_a_pruned_key_is_a_new_operation(make_ws: MakeWriteSafe) -> None:
     assert await submit(1, idempotency_key="k") == 1  # a replay
     assert await submit(9, idempotency_key="later") == 9  # SQLite keeps the newest operation
     await _age(ws, ["k"], LONG_AGO)
+    assert (await ws.expired("k"), await ws.expired("never")) == (None, None)
     assert (await prune(ws.ledger, RETENTION)).operations == 1
+
+    # A pruned key says "expired", distinctly from one never seen.
+    assert await ws.status("k") is None
+    pruned_at = await ws.expired("k")
+    assert pruned_at is not None
+    assert abs(pruned_at - await ws.ledger.now()) < timedelta(hours=1)
+    assert await ws.expired("never") is None
+    assert await ws.expired("later") is None
 
     assert await submit(2, idempotency_key="k") == 2  # not KEY_REUSED: the key is free again
     assert runs == [1, 9, 2]
