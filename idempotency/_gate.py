@@ -13,12 +13,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from writesafe.idempotency._errors import WriteSafeError
+from writesafe.idempotency._replays import decoded
 from writesafe.idempotency._spec import GuardedCall
 from writesafe.ledger import AttemptKind, Intent, Ledger, OperationRecord, Status, dumps_json
 from writesafe.reconciler import Code, CodeRegistry, Unsettled
 from writesafe.reconciler._admission import stored_envelope
 from writesafe.reconciler._check import run_lookup
 from writesafe.reconciler._decisions import Established, ProvenAbsent, judge_lookup
+from writesafe.reconciler._escalation import caller_envelope
 from writesafe.reconciler._views import operation_info
 
 ACTOR = "caller"
@@ -55,12 +57,7 @@ async def replay_gate(
     call ends here without a result.
     """
     if operation.status is Status.NEEDS_ATTENTION:
-        raise _unknown(
-            codes,
-            operation,
-            Unsettled.NEEDS_ATTENTION,
-            "reconciliation could not establish the outcome; an operator must",
-        )
+        raise _handoff(codes, operation)
     spec = call.tool.lookup_spec(codes)
     if spec.lookup is None:
         stored = stored_envelope(operation, codes)  # the answer the operation ended with
@@ -87,7 +84,7 @@ async def replay_gate(
         )
         if found is None:
             return None
-        return Reconciled(call.tool.codec.decode(verdict.result), found)
+        return Reconciled(decoded(call, verdict.result, operation_info(found), codes), found)
     if isinstance(verdict, ProvenAbsent):
         absence = verdict.absence
         if absence.continues:
@@ -107,6 +104,17 @@ async def replay_gate(
         if failed is None:
             return None
         raise WriteSafeError(absence.envelope.with_operation(operation_info(failed)))
+    if verdict.escalate:
+        escalated = await ledger.settle(
+            operation,
+            AttemptKind.LOOKUP,
+            audit,
+            status=Status.NEEDS_ATTENTION,
+            next_check_at=None,
+        )
+        if escalated is None:
+            return None
+        raise _handoff(codes, escalated)
     await ledger.record_attempt(operation.id, AttemptKind.LOOKUP, **audit)
     reason = check.evidence.get("reason", "the lookup could not tell")
     retry_after_ms = check.retry_after_ms(started_at, _ASK_AGAIN_MS)
@@ -114,6 +122,14 @@ async def replay_gate(
     raise _unknown(
         codes, operation, why, f"the lookup could not confirm it: {reason}", retry_after_ms
     )
+
+
+def _handoff(codes: CodeRegistry, operation: OperationRecord) -> WriteSafeError:
+    """The escalated operation's answer: a handoff, as every rendering shows it."""
+    stored = stored_envelope(operation, codes)
+    envelope = caller_envelope(operation.status, stored, operation_info(operation), codes)
+    assert envelope is not None, "an escalated operation always has a caller envelope"
+    return WriteSafeError(envelope)
 
 
 def _unknown(

@@ -38,6 +38,7 @@ from writesafe.idempotency._logging import logged_call, operation_logged
 from writesafe.idempotency._metrics import RETRIES, RETRIES_THROTTLED, answered
 from writesafe.idempotency._reads import run_read
 from writesafe.idempotency._recording import LEDGER_ERRORS, record_outcome
+from writesafe.idempotency._replays import decoded
 from writesafe.idempotency._restore_watch import RestoreWatch
 from writesafe.idempotency._restored_gate import first_run_gate
 from writesafe.idempotency._results import ResultNotStored
@@ -70,6 +71,7 @@ from writesafe.reconciler._decisions import (
 )
 from writesafe.reconciler._failures import after_failure, cut_short, failure_outcome, not_stored
 from writesafe.reconciler._ledger_causes import ledger_failure
+from writesafe.reconciler._misfit import ResultMisfit, misfit_outcome
 from writesafe.reconciler._refusals import (
     in_progress,
     key_reused,
@@ -562,6 +564,10 @@ class Guard:
             try:
                 encoded, value = call.tool.codec.normalise(value)
                 outcome = Outcome(Status.SUCCEEDED, result=encoded)
+            except ResultMisfit as misfit:
+                logger.warning("result of %s/%s escalated: %s", call.scope, call.key, misfit)
+                evidence = call.tool.redaction.evidence(misfit.evidence)
+                outcome = misfit_outcome(misfit, evidence, self.codes)
             except ResultNotStored as unstorable:
                 logger.warning("result of %s/%s not stored: %s", call.scope, call.key, unstorable)
                 outcome = not_stored(str(unstorable), unstorable.evidence, self.codes)
@@ -650,7 +656,8 @@ class Guard:
     def _replay_cached(self, call: GuardedCall, cached: CachedOutcome) -> _Answer:
         if cached.fingerprint != call.fingerprint:
             raise self._key_reused(call, cached.tool, cached.operation_info(call.key))
-        return _Answer(call.tool.codec.decode(cached.result), "replayed", None)
+        value = decoded(call, cached.result, cached.operation_info(call.key), self.codes)
+        return _Answer(value, "replayed", None)
 
     def _key_reused(self, call: GuardedCall, tool: str, info: OperationInfo) -> WriteSafeError:
         return WriteSafeError(key_reused(call.key, tool, info, self.codes))
@@ -694,7 +701,8 @@ class Guard:
         """A succeeded operation's answer again: its result, or the envelope it has instead."""
         if operation.result is None:
             raise self._stored_failure(operation)
-        return _Answer(call.tool.codec.decode(operation.result), "replayed", operation)
+        value = decoded(call, operation.result, operation_info(operation), self.codes)
+        return _Answer(value, "replayed", operation)
 
 
 def _count(call: GuardedCall, answer: str, started: float) -> None:

@@ -59,10 +59,14 @@ def logged_call(
 
 
 class OperationFilter(logging.Filter):
-    """Adds the running operation's key, scope and tool to each record (never drops one)."""
+    """Adds the running operation's key, scope and tool to each record (never drops one); a
+    record that names its operation itself (`extra=`, e.g. a lookup's answer) keeps it."""
 
     def filter(self, record: logging.LogRecord) -> bool:
-        key, scope, tool = _operation.get() or (None, None, None)
+        running = _operation.get()
+        if running is None and getattr(record, "writesafe_key", None) is not None:
+            return True
+        key, scope, tool = running or (None, None, None)
         record.writesafe_key, record.writesafe_scope, record.writesafe_tool = key, scope, tool
         return True
 

@@ -10,6 +10,11 @@ from writesafe.idempotency._store_answers import DEFAULT_MAX_CACHED_BYTES
 from writesafe.ledger import DEFAULT_DATABASE_URL
 
 
+class SettingsRefused(ValueError):
+    """A configuration that would break a guarantee (its message is one line, saying which
+    setting to change and to what)."""
+
+
 class WriteSafeSettings(BaseSettings):
     """Every knob of a `WriteSafe`, with the embedded default: SQLite file, no Redis."""
 

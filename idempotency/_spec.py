@@ -7,7 +7,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from writesafe.idempotency._arguments import BoundCall, plain_parameters
+from writesafe.idempotency._arguments import BoundCall, Parameters, declared_parameters
 from writesafe.idempotency._results import ResultCodec
 from writesafe.idempotency._tracing import traced_execution, traced_lookup
 from writesafe.reconciler import Adapter, CodeRegistry, Lookup, Redaction, RetryPolicy
@@ -39,11 +39,12 @@ class ToolSpec:
     lookup_timeout: float = DEFAULT_LOOKUP_TIMEOUT
     redaction: Redaction = DEFAULT_REDACTION
     read_only: bool = False  # no effect to protect: no key needed, nothing recorded
-    # `plain_parameters(signature)`, worked out once for every call's `bind`.
-    plain_parameters: tuple[str, ...] | None = field(init=False, repr=False, compare=False)
+    # What the signature declares, worked out once for every call's `bind`.
+    parameters: Parameters = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "plain_parameters", plain_parameters(self.signature))
+        parameters = declared_parameters(self.function, self.signature)
+        object.__setattr__(self, "parameters", parameters)
 
     def lookup_spec(self, codes: CodeRegistry) -> LookupSpec:
         """How reconciliation asks this tool's downstream system about an unknown outcome;
@@ -53,7 +54,7 @@ class ToolSpec:
             lookup=None if self.lookup is None else traced_lookup(self.lookup),
             settle_after=self.settle_after,
             timeout=self.lookup_timeout,
-            encode=self.codec.encode,
+            encode=self.codec.check,
             redaction=self.redaction,
             codes=codes,
         )

@@ -164,10 +164,7 @@ class Tool(Generic[R, P]):
         `key_from_arguments`, or for a read-only tool, which needs none) `call:` + the fingerprint
         of the tool name and canonical arguments.
         """
-        try:
-            bound = bind(self.spec.signature, args, kwargs, self.spec.plain_parameters)
-        except TypeError as error:  # a missing or unexpected argument, named by the message
-            raise invalid_input("arguments", f"{self.name}: {error}") from None
+        bound = bind(self.spec.parameters, args, kwargs)
         digest = fingerprint(self.spec.name, bound.arguments_json)
         key: object = idempotency_key
         if key is None and self.spec.key_function is not None:

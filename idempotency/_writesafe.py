@@ -5,11 +5,9 @@ from __future__ import annotations
 import asyncio
 import inspect
 from collections.abc import Callable, Coroutine, Mapping
-from datetime import timedelta
+from datetime import datetime, timedelta
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, ParamSpec, Protocol, TypeVar, cast, overload
-
-from pydantic import ValidationError
 
 from writesafe.idempotency._arguments import KEY_PARAMETER
 from writesafe.idempotency._context import OperationContext, current_operation
@@ -18,12 +16,19 @@ from writesafe.idempotency._guard import Guard, GuardSettings
 from writesafe.idempotency._keys import DEFAULT_SCOPE, validate_key
 from writesafe.idempotency._recording import LEDGER_ERRORS
 from writesafe.idempotency._results import ResultCodec, ResultNotStored
-from writesafe.idempotency._settings import WriteSafeSettings
+from writesafe.idempotency._settings import SettingsRefused, WriteSafeSettings
 from writesafe.idempotency._spec import DEFAULT_LOOKUP_TIMEOUT, ToolSpec
 from writesafe.idempotency._sync import SyncTool, SyncWriteSafe, async_face, threaded_lookup
 from writesafe.idempotency._tool import Tool
 from writesafe.idempotency._tracing import traced_reconcile
-from writesafe.ledger import Clock, Ledger, LedgerNotMigrated, canonical_json, loads_json
+from writesafe.ledger import (
+    Clock,
+    Ledger,
+    LedgerNotMigrated,
+    canonical_json,
+    expired_at,
+    loads_json,
+)
 from writesafe.ledger._engine import ConnectionBudget
 from writesafe.reconciler import (
     CODES,
@@ -42,8 +47,10 @@ from writesafe.reconciler import (
     RetryPolicy,
 )
 from writesafe.reconciler._check import LookupSpec
+from writesafe.reconciler._misfit import ResultMisfit
 from writesafe.reconciler._reconcile import ReconcilePolicy, Reconciler
 from writesafe.reconciler._resolve import Resolution, resolve_operation
+from writesafe.reconciler._retention_bound import retention_refusal
 from writesafe.reconciler._retry import RetryBudget
 
 if TYPE_CHECKING:
@@ -120,6 +127,7 @@ class WriteSafe:
         self.settings = base.model_copy(
             update={k: v for k, v in overrides.items() if v is not None}
         )
+        _check_retention(self.settings, settle_after=0.0)
         self.codes = codes or CODES
         self._given_clock = clock  # a test's clock; without one the store's clock judges time
         self.redaction = Redaction(redact)
@@ -202,6 +210,7 @@ class WriteSafe:
             lookup = threaded_lookup(cast(Callable[[LookupOperation], LookupResult], lookup))
         if settle_after < 0:
             raise ValueError("settle_after must not be negative")
+        _check_retention(self.settings, settle_after)
         if lookup_timeout <= 0:
             raise ValueError("lookup_timeout must be positive")
         if read_only and lookup is not None:
@@ -365,7 +374,8 @@ class WriteSafe:
     # -- reading -------------------------------------------------------------------------
 
     async def status(self, key: str, *, scope: str = DEFAULT_SCOPE) -> OperationStatus | None:
-        """What happened to the operation under `key`; None for a key never used."""
+        """What happened to the operation under `key`; None for a key with no operation (never
+        used, or pruned: `expired` tells them apart)."""
         await self.guard()
         operation = await self.ledger.get(validate_key(scope, "scope"), validate_key(key))
         if operation is None:
@@ -373,6 +383,13 @@ class WriteSafe:
         return OperationStatus.from_records(
             operation, await self.ledger.attempts(operation.id), self.codes
         )
+
+    async def expired(self, key: str, *, scope: str = DEFAULT_SCOPE) -> datetime | None:
+        """When retention pruned the operation under `key` (its status is then "expired", not
+        "never seen"); None if it never did. A key that has a newer operation since may have
+        both: `status` is what the key holds now."""
+        await self.guard()
+        return await expired_at(self.ledger, validate_key(scope, "scope"), validate_key(key))
 
     # -- reconciliation ------------------------------------------------------------------
 
@@ -484,16 +501,22 @@ class WriteSafe:
         try:
             if registered is None:  # not registered here: no declared form to check against
                 return canonical_json(result)
-            return registered.spec.codec.fit(result)
-        except ValidationError as error:
-            problem = error.errors()[0]
-            where = ".".join(str(part) for part in problem["loc"]) or "result"
-            message = f"the result does not fit what {tool!r} stores: {where}: {problem['msg']}"
+            return registered.spec.codec.check(result)
+        except ResultMisfit as misfit:
+            where, what = misfit.problems[0] if misfit.problems else ("", "does not fit")
+            message = f"the result does not fit what {tool!r} stores: {where or 'result'}: {what}"
             raise invalid_input("result", message) from None
         except ResultNotStored as unstorable:
             raise invalid_input("result", str(unstorable)) from None
         except (ValueError, TypeError):
             raise invalid_input("result", "the result has no JSON form") from None
+
+
+def _check_retention(settings: WriteSafeSettings, settle_after: float) -> None:
+    """Refuse a retention that could prune a key while its write may still land."""
+    refusal = retention_refusal(settings.retention, settings.lease_seconds, settle_after)
+    if refusal is not None:
+        raise SettingsRefused(refusal)
 
 
 def _required_text(value: object, field: str) -> str:

@@ -38,7 +38,13 @@ from writesafe.ledger._restore import (
     mark_path,
     restored_state,
 )
-from writesafe.ledger._retention import DEFAULT_BATCH_SIZE, FINAL_STATES, PruneReport, prune
+from writesafe.ledger._retention import (
+    DEFAULT_BATCH_SIZE,
+    FINAL_STATES,
+    PruneReport,
+    expired_at,
+    prune,
+)
 from writesafe.ledger._states import (
     TRANSITIONS,
     IllegalTransition,
@@ -96,6 +102,7 @@ __all__ = [
     "declare_restored",
     "downgrade",
     "dumps_json",
+    "expired_at",
     "head_revision",
     "loads_json",
     "mark_path",

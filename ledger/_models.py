@@ -247,3 +247,14 @@ class ApiKey(Base):
     name: Mapped[str] = mapped_column(String(255))
     created_at: Mapped[datetime] = mapped_column(UTCDateTime())
     revoked_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
+
+
+class PrunedKey(Base):
+    """A tombstone: a key whose final operation retention pruned. Its status then says
+    "expired", not "never seen"; the key itself is free (its next call is a new operation)."""
+
+    __tablename__ = "writesafe_pruned_keys"
+
+    scope: Mapped[str] = mapped_column(String(255), primary_key=True)
+    key: Mapped[str] = mapped_column(String(255), primary_key=True)
+    pruned_at: Mapped[datetime] = mapped_column(UTCDateTime())

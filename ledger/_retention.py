@@ -2,7 +2,9 @@
 
 Only `succeeded` and `failed` operations whose last change is older than the retention period are
 deleted; `in_flight`, `outcome_unknown` and `needs_attention` ones are never touched, however old.
-A key whose operation was deleted is free: the next call with it is a new operation. On SQLite the
+A key whose operation was deleted is free: the next call with it is a new operation; a small
+tombstone (`writesafe_pruned_keys`: scope, key, when) lets its status say "expired" rather than
+"never seen" (`expired_at`). On SQLite the
 newest operation is kept until a newer one exists, so that no id is ever given twice (below).
 
 The pruner walks the primary key in windows of `batch_size` rows, so each batch reads a bounded
@@ -27,15 +29,17 @@ import asyncio
 import dataclasses
 import sqlite3
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, cast
 
-from sqlalchemy import ColumnElement, Integer, and_, bindparam, delete, func, select
+from sqlalchemy import ColumnElement, Integer, Table, and_, bindparam, delete, func, select
+from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from writesafe.ledger._ledger import Ledger
-from writesafe.ledger._models import status_in
+from writesafe.ledger._models import PrunedKey, status_in
 from writesafe.ledger._sqlite_writer import SqliteStatement, SqliteWriter
 from writesafe.ledger._states import Status
 from writesafe.ledger._writer import attempts, operations
@@ -89,12 +93,14 @@ async def prune(
         raise ValueError("batch_size must be at least 1")
     started = time.perf_counter()
     # The clock that stamps the rows: PostgreSQL's own, the process's on SQLite.
-    cutoff = await ledger.now() - retention
+    now = await ledger.now()
+    cutoff = now - retention
     total = PruneReport(cutoff=cutoff)
     after = 0
     while stop is None or not stop.is_set():
         began = time.perf_counter()
-        batch = await _batch(ledger, {"after": after, "size": batch_size, "cutoff": cutoff})
+        params = {"after": after, "size": batch_size, "cutoff": cutoff, "pruned_at": now}
+        batch = await _batch(ledger, params)
         if not batch.window:
             break
         total += PruneReport(operations=batch.operations, attempts=batch.attempts, batches=1)
@@ -127,6 +133,8 @@ _WINDOW = (
     .order_by(operations.c.id)
     .limit(bindparam("size", type_=Integer()))
 )
+_PRUNED_AT = bindparam("pruned_at", type_=PrunedKey.__table__.c.pruned_at.type)
+pruned_keys = cast(Table, PrunedKey.__table__)
 # The operations in the window `(after, last]` due for pruning.
 _DUE: ColumnElement[bool] = and_(
     operations.c.id > bindparam("after"),
@@ -134,6 +142,27 @@ _DUE: ColumnElement[bool] = and_(
     status_in(FINAL_STATES),
     operations.c.updated_at < _CUTOFF,
 )
+
+
+def _tombstones(insert: Callable[[Table], Any], due: ColumnElement[bool]) -> Any:
+    """The statement that leaves a tombstone for each due operation's key (its time replaced
+    when the key is pruned again)."""
+    keys = select(operations.c.scope, operations.c.key, _PRUNED_AT).where(due)
+    statement = insert(pruned_keys).from_select(["scope", "key", "pruned_at"], keys)
+    return statement.on_conflict_do_update(
+        index_elements=["scope", "key"], set_={"pruned_at": statement.excluded.pruned_at}
+    )
+
+
+async def expired_at(ledger: Ledger, scope: str, key: str) -> datetime | None:
+    """When retention pruned the operation of `(scope, key)`; None if it never did. A key with
+    no operation and no tombstone was never seen (or was pruned before tombstones were kept)."""
+    query = select(pruned_keys.c.pruned_at).where(
+        pruned_keys.c.scope == scope, pruned_keys.c.key == key
+    )
+    async with ledger.engine.connect() as conn:
+        value: datetime | None = (await conn.execute(query)).scalar_one_or_none()
+    return value
 
 
 async def _batch(ledger: Ledger, params: dict[str, Any]) -> _Batch:
@@ -153,6 +182,7 @@ async def _locking_batch(conn: AsyncConnection, params: dict[str, Any]) -> _Batc
     ids = list((await conn.execute(locked, {**params, "last": window[-1][0]})).scalars())
     if not ids:
         return _Batch(window)
+    await conn.execute(_tombstones(postgresql.insert, operations.c.id.in_(ids)), params)
     gone_attempts = await conn.execute(delete(attempts).where(attempts.c.operation_id.in_(ids)))
     gone = await conn.execute(delete(operations).where(operations.c.id.in_(ids)))
     return _Batch(window, gone.rowcount, gone_attempts.rowcount)
@@ -164,6 +194,7 @@ async def _locking_batch(conn: AsyncConnection, params: dict[str, Any]) -> _Batc
 # (PostgreSQL's ids come from a sequence and are never given twice.)
 _SQLITE_DUE = and_(_DUE, operations.c.id < select(func.max(operations.c.id)).scalar_subquery())
 _SQLITE_WINDOW = SqliteStatement.of(_WINDOW)
+_SQLITE_TOMBSTONES = SqliteStatement.of(_tombstones(sqlite.insert, _SQLITE_DUE))
 _SQLITE_DELETE_ATTEMPTS = SqliteStatement.of(
     delete(attempts).where(attempts.c.operation_id.in_(select(operations.c.id).where(_SQLITE_DUE)))
 )
@@ -177,6 +208,7 @@ def _sqlite_batch(cursor: sqlite3.Cursor, params: dict[str, Any]) -> _Batch:
     if not window:
         return _Batch(window)
     due = {**params, "last": window[-1][0]}
+    _SQLITE_TOMBSTONES.run(cursor, due)
     gone_attempts = _SQLITE_DELETE_ATTEMPTS.run(cursor, due).rowcount
     gone = _SQLITE_DELETE_OPERATIONS.run(cursor, due).rowcount
     return _Batch(window, gone, gone_attempts)

@@ -22,8 +22,16 @@ class Status(StrEnum):
 TRANSITIONS: dict[Status, frozenset[Status]] = {
     # An attempt ends in a known success, a proven no-effect failure, or an unknown outcome;
     # in_flight -> in_flight is the next execution of an automatic retry, under the same lease.
+    # A write that returned a result its tool does not declare goes to a person at once: it ran,
+    # so it may have had an effect, and nobody can be given its result.
     Status.IN_FLIGHT: frozenset(
-        {Status.IN_FLIGHT, Status.SUCCEEDED, Status.FAILED, Status.OUTCOME_UNKNOWN}
+        {
+            Status.IN_FLIGHT,
+            Status.SUCCEEDED,
+            Status.FAILED,
+            Status.OUTCOME_UNKNOWN,
+            Status.NEEDS_ATTENTION,
+        }
     ),
     # Terminal: duplicates replay the stored result.
     Status.SUCCEEDED: frozenset(),

@@ -7,6 +7,7 @@ the settle window has closed is `unknown` too, because a slow write may still la
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -19,8 +20,12 @@ from writesafe.ledger import AttemptRecord, OperationRecord, Status, dumps_json,
 from writesafe.reconciler._classify import EVIDENCE_MESSAGE_LIMIT, exception_evidence
 from writesafe.reconciler._contract import CODES, CodeRegistry
 from writesafe.reconciler._lookup import Found, LookupResult, NotFound, Unknown
+from writesafe.reconciler._misfit import ResultMisfit
 from writesafe.reconciler._redaction import DEFAULT_REDACTION, Redaction
+from writesafe.reconciler._sends import sent_nothing
 from writesafe.reconciler._views import AttemptView
+
+logger = logging.getLogger("writesafe")
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,6 +101,7 @@ class Check:
     evidence: dict[str, Any] = field(default_factory=dict)
     result: str | None = None
     settles_at: datetime | None = None  # a premature NotFound becomes conclusive then
+    escalate: bool = False  # an answer nobody can believe: a person decides (`StillUnknown`)
 
     def attempt(self, actor: str, owner: str | None = None) -> dict[str, Any]:
         """The audited attempt row's values."""
@@ -128,7 +134,22 @@ async def run_lookup(
     is recorded or shown.
     """
     check = await _ask(spec, operation, attempts, started_at)
-    return replace(check, evidence=spec.redaction.evidence(check.evidence))
+    check = replace(check, evidence=spec.redaction.evidence(check.evidence))
+    logger.info(
+        "lookup of %s/%s (%s): %s%s",
+        operation.scope,
+        operation.key,
+        spec.tool,
+        check.outcome.value,
+        " (escalated)" if check.escalate else "",
+        extra={
+            "writesafe_key": operation.key,
+            "writesafe_scope": operation.scope,
+            "writesafe_tool": spec.tool,
+            "writesafe_lookup": check.outcome.value,
+        },
+    )
+    return check
 
 
 async def _ask(
@@ -150,24 +171,26 @@ async def _ask(
         if deadline.expired():
             evidence = {"reason": f"the lookup did not answer within {spec.timeout}s"}
         return Check(LookupOutcome.UNKNOWN, started_at, {**evidence, **_elapsed(began)})
-    return _conclude(spec, operation, answer, started_at, _elapsed(began))
+    elapsed = _elapsed(began)
+    if elapsed["elapsed_ms"] > spec.timeout * 1000:
+        # It blocked the loop past its timeout (a blocking call in an `async def` cannot be
+        # cancelled): whatever it says came too late to be trusted, as if it had not answered.
+        reason = f"the lookup answered after its {spec.timeout}s timeout; the answer is discarded"
+        evidence = {"reason": reason, "late": True, "answer": type(answer).__name__, **elapsed}
+        return Check(LookupOutcome.UNKNOWN, started_at, evidence)
+    return _conclude(spec, operation, view, answer, started_at, elapsed)
 
 
 def _conclude(
     spec: LookupSpec,
     operation: OperationRecord,
+    view: LookupOperation,
     answer: object,
     started_at: datetime,
     elapsed: dict[str, Any],
 ) -> Check:
     if isinstance(answer, Found):
-        try:
-            encoded = spec.encode(answer.result)
-        except Exception as error:
-            reason = f"the found result has no JSON form: {type(error).__name__}"
-            return Check(LookupOutcome.UNKNOWN, started_at, {"reason": reason, **elapsed})
-        excerpt = encoded[:EVIDENCE_MESSAGE_LIMIT]
-        return Check(LookupOutcome.FOUND, started_at, {"result": excerpt, **elapsed}, encoded)
+        return _found(spec, view, answer, started_at, elapsed)
     if isinstance(answer, NotFound):
         sent_at = operation.last_sent_at or operation.created_at
         settles_at = sent_at + timedelta(seconds=spec.settle_after)
@@ -181,6 +204,31 @@ def _conclude(
         return Check(LookupOutcome.UNKNOWN, started_at, {"reason": reason, **elapsed})
     reason = f"the lookup returned {type(answer).__name__}, not Found, NotFound or Unknown"
     return Check(LookupOutcome.UNKNOWN, started_at, {"reason": reason, **elapsed})
+
+
+def _found(
+    spec: LookupSpec,
+    view: LookupOperation,
+    answer: Found,
+    started_at: datetime,
+    elapsed: dict[str, Any],
+) -> Check:
+    """A `Found`, believed only when its result fits the tool and the ledger cannot disprove it."""
+    try:
+        encoded = spec.encode(answer.result)
+    except ResultMisfit as misfit:
+        reason = f"the lookup found a result that does not fit the tool: {misfit}"
+        evidence = {**misfit.evidence, "reason": reason, **elapsed}
+        return Check(LookupOutcome.UNKNOWN, started_at, evidence, escalate=True)
+    except Exception as error:
+        reason = f"the found result has no JSON form: {type(error).__name__}"
+        return Check(LookupOutcome.UNKNOWN, started_at, {"reason": reason, **elapsed})
+    excerpt = encoded[:EVIDENCE_MESSAGE_LIMIT]
+    if sent_nothing(view.attempts):
+        reason = "the lookup found the effect, but no execution of this operation sent its write"
+        evidence = {"reason": reason, "found": excerpt, **elapsed}
+        return Check(LookupOutcome.UNKNOWN, started_at, evidence, escalate=True)
+    return Check(LookupOutcome.FOUND, started_at, {"result": excerpt, **elapsed}, encoded)
 
 
 def _elapsed(began: float) -> dict[str, Any]:

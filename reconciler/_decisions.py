@@ -111,9 +111,12 @@ class ProvenAbsent:
 @dataclass(frozen=True, slots=True)
 class StillUnknown:
     """Nothing was established. `settling`: the answer was a premature not-found, which becomes
-    conclusive once the settle window closes (asking before then spends no check budget)."""
+    conclusive once the settle window closes (asking before then spends no check budget).
+    `escalate`: the answer was one the guard cannot believe (a `Found` the ledger disproves, or
+    one whose result does not fit the tool): a person decides now, without asking again."""
 
     settling: bool
+    escalate: bool = False
 
 
 LookupVerdict = Established | ProvenAbsent | StillUnknown
@@ -126,4 +129,4 @@ def judge_lookup(check: Check, operation: OperationRecord, codes: CodeRegistry) 
         return Established(check.result)
     if check.outcome is LookupOutcome.NOT_FOUND:
         return ProvenAbsent(after_absence(operation, codes))
-    return StillUnknown(settling=check.settles_at is not None)
+    return StillUnknown(settling=check.settles_at is not None, escalate=check.escalate)

@@ -218,7 +218,7 @@ class Reconciler:
         else:
             checks = operation.checks + 1
             due = now + timedelta(seconds=self.policy.backoff(checks))
-        if checks >= self.policy.max_checks:
+        if checks >= self.policy.max_checks or verdict.escalate:
             audit["evidence"] = dumps_json({**check.evidence, "escalated_after_checks": checks})
             values = {"checks": checks, "next_check_at": None}
             return (

@@ -10,6 +10,7 @@ from pydantic import BaseModel, ConfigDict
 from writesafe.ledger import AttemptKind, AttemptRecord, OperationRecord, Status, loads_json
 from writesafe.reconciler._admission import admit_stored
 from writesafe.reconciler._contract import CODES, CodeRegistry, ErrorEnvelope, OperationInfo
+from writesafe.reconciler._escalation import caller_envelope
 
 
 class AttemptView(BaseModel):
@@ -82,6 +83,17 @@ class OperationSummary(BaseModel):
             created_at=operation.created_at,
             updated_at=operation.updated_at,
         )
+
+    def caller_envelope(self, codes: CodeRegistry = CODES) -> ErrorEnvelope | None:
+        """The envelope a caller of this key gets now, as the guard answers it (a handoff for an
+        escalated operation): what the console shows, computed where the guard computes it."""
+        info = OperationInfo(
+            key=self.key,
+            status=self.status.value,
+            attempt=self.executions,
+            attempts_left=self.attempts_left,
+        )
+        return caller_envelope(self.status, self.error, info, codes)
 
 
 class OperationStatus(OperationSummary):

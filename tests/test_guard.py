@@ -464,12 +464,16 @@ async def test_longest_and_unicode_keys_are_accepted(make_ws: MakeWriteSafe) -> 
 
 
 @pytest.mark.parametrize(
-    "argument",
-    [float("nan"), object(), {"deep": [[[[float("inf")]]]]}],
+    ("argument", "field"),
+    [
+        (float("nan"), "arguments"),
+        (object(), "value"),
+        ({"deep": [[[[float("inf")]]]]}, "arguments"),
+    ],
     ids=["nan", "object", "nested-infinity"],
 )
 async def test_arguments_without_json_form_are_input_invalid(
-    make_ws: MakeWriteSafe, argument: Any
+    make_ws: MakeWriteSafe, argument: Any, field: str
 ) -> None:
     ws = make_ws()
 
@@ -480,7 +484,7 @@ async def test_arguments_without_json_form_are_input_invalid(
     with pytest.raises(WriteSafeError) as invalid:
         await echo(argument, idempotency_key="k")
     assert invalid.value.envelope.code == "INPUT_INVALID"
-    assert invalid.value.envelope.field == "arguments"
+    assert invalid.value.envelope.field == field
     assert await ws.ledger.list() == []
 
 

@@ -64,6 +64,8 @@ async def test_json_lines_carry_the_operations_key_scope_and_tool(
         ("placing A1", "ord-7", "tenant-a", "submit_order"),
         ("placing lost", "ord-8", "tenant-b", "submit_order"),
         ("asking the shop", "ord-8", "tenant-b", "submit_order"),
+        # Every lookup answer is logged, naming its operation.
+        ("lookup of tenant-b/ord-8 (submit_order): not_found", "ord-8", "tenant-b", "submit_order"),
     ]
     assert {"time", "level", "logger"} <= lines[1].keys()
     assert (lines[1]["level"], lines[1]["logger"]) == ("INFO", "writesafe.shop")

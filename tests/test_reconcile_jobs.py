@@ -32,7 +32,7 @@ from writesafe import (
     WriteSafeSettings,
 )
 from writesafe.ledger import AttemptKind, ManualClock, Role
-from writesafe.reconciler import LookupResult
+from writesafe.reconciler import LookupResult, NextAction, to_call_tool_result, to_problem
 from writesafe.service import ServiceSettings, create_app
 
 
@@ -121,9 +121,22 @@ async def test_unknown_answers_back_off_then_escalate_with_the_evidence(
     assert lookups[-1].evidence is not None
     assert lookups[-1].evidence["reason"] == "search index is stale"
     assert lookups[-1].evidence["escalated_after_checks"] == 3
-    # Callers are told to stop waiting for reconciliation: an operator decides now.
-    error = await unknown_outcome(submit_order("A1", idempotency_key="k"))
-    assert "operator" in error.envelope.message
+    # Callers are told to stop waiting for reconciliation: a person decides now, and every
+    # rendering says so (software branching on next_action stops instead of polling).
+    with pytest.raises(WriteSafeError) as escalated:
+        await submit_order("A1", idempotency_key="k")
+    envelope = escalated.value.envelope
+    assert (envelope.code, envelope.next_action, envelope.cause) == (
+        "UNKNOWN_ERROR",
+        NextAction.HANDOFF,
+        "needs_attention",
+    )
+    assert "operator" in envelope.message
+    assert to_problem(envelope).body["next_action"] == "handoff"
+    mcp = to_call_tool_result(envelope).structured_content
+    assert mcp is not None
+    assert mcp["error"]["next_action"] == "handoff"
+    assert status.caller_envelope() == envelope  # what the console shows
     assert shop.placed == 1
 
 

@@ -22,10 +22,12 @@ from sqlalchemy import func, select, update
 from typer.testing import CliRunner
 
 from tests.conftest import MakeWriteSafe, run_sync
-from writesafe import WriteSafe
+from writesafe import WriteSafe, WriteSafeSettings
 from writesafe.cli import app
+from writesafe.idempotency._settings import SettingsRefused
 from writesafe.ledger import Intent, Outcome, Status, prune
 from writesafe.ledger._writer import attempts, operations
+from writesafe.reconciler import retention_refusal
 
 ROOT = Path(__file__).resolve().parent.parent
 WRITESAFE = Path(sys.executable).with_name("writesafe")
@@ -119,7 +121,16 @@ async def test_a_pruned_key_is_a_new_operation(make_ws: MakeWriteSafe) -> None:
     assert await submit(1, idempotency_key="k") == 1  # a replay
     assert await submit(9, idempotency_key="later") == 9  # SQLite keeps the newest operation
     await _age(ws, ["k"], LONG_AGO)
+    assert (await ws.expired("k"), await ws.expired("never")) == (None, None)
     assert (await prune(ws.ledger, RETENTION)).operations == 1
+
+    # A pruned key says "expired", distinctly from one never seen.
+    assert await ws.status("k") is None
+    pruned_at = await ws.expired("k")
+    assert pruned_at is not None
+    assert abs(pruned_at - await ws.ledger.now()) < timedelta(hours=1)
+    assert await ws.expired("never") is None
+    assert await ws.expired("later") is None
 
     assert await submit(2, idempotency_key="k") == 2  # not KEY_REUSED: the key is free again
     assert runs == [1, 9, 2]
@@ -336,3 +347,41 @@ def test_the_watching_reconciler_prunes_on_its_schedule(tmp_path: Path) -> None:
     assert worker.returncode == 0, stderr
     assert (report["pruned_operations"], report["pruned_attempts"]) == (1, 1)
     assert run_sync(left()) == {"new"}
+
+
+@pytest.mark.parametrize(
+    ("retention", "lease", "settle", "refused"),
+    [
+        (86_400.0, 15.0, 0.0, False),
+        (15.0, 15.0, 0.0, False),  # exactly the floor is enough
+        (14.9, 15.0, 0.0, True),
+        (20.0, 15.0, 5.0, False),
+        (19.0, 15.0, 5.0, True),  # the settle window counts as well
+        (1.0, 2.0, 0.0, True),
+    ],
+)
+def test_retention_is_bounded_below_by_the_lease_and_the_settle_window(
+    retention: float, lease: float, settle: float, refused: bool
+) -> None:
+    refusal = retention_refusal(retention, lease, settle)
+    assert (refusal is not None) == refused
+    if refusal is not None:
+        assert "\n" not in refusal
+        assert f"at least {lease + settle:g}" in refusal
+
+
+def test_a_retention_shorter_than_the_lease_is_refused_in_one_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    url = f"sqlite+aiosqlite:///{tmp_path / 'ledger.db'}"
+    with pytest.raises(SettingsRefused, match="at least 2"):
+        WriteSafe(url, settings=WriteSafeSettings(retention=1, lease_seconds=2))
+    ws = WriteSafe(url, settings=WriteSafeSettings(retention=30, lease_seconds=2))
+    with pytest.raises(SettingsRefused, match="at least 32"):
+        ws.tool("slow", settle_after=30)
+
+    monkeypatch.setenv("WRITESAFE_RETENTION", "1")
+    result = CliRunner().invoke(app, ["db", "prune", "--database-url", url])
+    assert result.exit_code == 2
+    assert result.output.count("\n") == 1
+    assert "set WRITESAFE_RETENTION to at least 15" in result.output

@@ -12,6 +12,7 @@ from rich.markup import escape
 
 from writesafe.cli._exit import ExitCode
 from writesafe.idempotency import WriteSafe
+from writesafe.idempotency._settings import SettingsRefused
 from writesafe.ledger import UnsupportedDatabase
 
 err = Console(stderr=True)
@@ -63,3 +64,5 @@ def app_or_settings(app: str | None, database_url: str | None, schema: str | Non
         return WriteSafe(database_url, schema=schema, auto_migrate=False)
     except UnsupportedDatabase as error:  # a sync driver, an unknown scheme, a bad URL option
         raise fail(f"--database-url: {error}", ExitCode.USAGE) from error
+    except SettingsRefused as refused:
+        raise fail(str(refused), ExitCode.USAGE) from None

@@ -36,6 +36,10 @@ def status(
     ws = app_or_settings(app, database_url, schema)
     found = run(ws, lambda ws: ws.status(key, scope=scope))
     if found is None:
+        pruned = run(ws, lambda ws: ws.expired(key, scope=scope))
+        if pruned is not None:
+            message = f"key {key!r} in scope {scope!r} expired: its operation was pruned {pruned}"
+            raise fail(message, ExitCode.NOT_FOUND)
         raise fail(f"no operation with key {key!r} in scope {scope!r}", ExitCode.NOT_FOUND)
     console = Console()
     if as_json:
