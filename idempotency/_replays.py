@@ -7,7 +7,8 @@ from typing import Any
 
 from writesafe.idempotency._errors import WriteSafeError
 from writesafe.idempotency._spec import GuardedCall
-from writesafe.reconciler import CodeRegistry, OperationInfo, ResultMisfit, replay_misfit
+from writesafe.reconciler import CodeRegistry, OperationInfo
+from writesafe.reconciler._misfit import ResultMisfit, replay_misfit
 
 logger = logging.getLogger("writesafe")
 

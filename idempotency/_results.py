@@ -22,7 +22,7 @@ from typing import Any
 from pydantic import BaseModel, TypeAdapter, ValidationError
 
 from writesafe.ledger import loads_json
-from writesafe.reconciler import ResultMisfit
+from writesafe.reconciler._misfit import ResultMisfit
 
 DEFAULT_MAX_RESULT_BYTES = 1_048_576
 """The largest result the ledger stores (its JSON, in UTF-8 bytes): 1 MiB."""

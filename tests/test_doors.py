@@ -15,15 +15,9 @@ from tests.conftest import MakeWriteSafe
 from tests.reconcile_support import DEAD_WORKER, Shop, order_tool
 from writesafe import Found, LookupOperation, Status, WriteSafeError
 from writesafe.ledger import AttemptKind, Intent, LeaseHeld, ManualClock, OperationRecord
-from writesafe.reconciler import (
-    CODES,
-    RESULT_INVALID,
-    LookupResult,
-    NextAction,
-    Unknown,
-    cut_short,
-    failure_outcome,
-)
+from writesafe.reconciler import CODES, LookupResult, NextAction, Unknown
+from writesafe.reconciler._failures import cut_short, failure_outcome
+from writesafe.reconciler._misfit import RESULT_INVALID
 
 
 def handed_off(error: pytest.ExceptionInfo[WriteSafeError], cause: str = "needs_attention") -> None:

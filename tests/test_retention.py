@@ -27,7 +27,7 @@ from writesafe.cli import app
 from writesafe.idempotency._settings import SettingsRefused
 from writesafe.ledger import Intent, Outcome, Status, prune
 from writesafe.ledger._writer import attempts, operations
-from writesafe.reconciler import retention_refusal
+from writesafe.reconciler._retention_bound import retention_refusal
 
 ROOT = Path(__file__).resolve().parent.parent
 WRITESAFE = Path(sys.executable).with_name("writesafe")
