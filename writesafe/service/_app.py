@@ -19,6 +19,7 @@ from writesafe.service._auth import Authenticator, require_admin, require_operat
 from writesafe.service._console import console_router
 from writesafe.service._context import ServiceContext
 from writesafe.service._cursor import Cursors
+from writesafe.service._headers import JSON_ANSWER_HEADERS, JsonAnswerHeaders
 from writesafe.service._health import health_router
 from writesafe.service._limits import BodyLimit
 from writesafe.service._metrics import RequestMetrics
@@ -83,6 +84,7 @@ def create_app(ws: WriteSafe, settings: ServiceSettings | None = None) -> Servic
     app.include_router(console_router(ctx, authenticate, operator))
     app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes)
     app.add_middleware(RequestMetrics)
+    app.add_middleware(JsonAnswerHeaders)  # outermost: on every answer, the limits' too
     return app
 
 
@@ -100,4 +102,5 @@ async def _not_migrated(_request: Request, _error: Any) -> JSONResponse:
 
 async def _internal(_request: Request, _error: Any) -> JSONResponse:
     # Never the exception's text: it may carry internals. The server log has the traceback.
-    return problem_response(500, "an internal error; it was logged")
+    # Starlette answers this one outside every middleware, so it brings its headers itself.
+    return problem_response(500, "an internal error; it was logged", headers=JSON_ANSWER_HEADERS)
