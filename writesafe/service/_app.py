@@ -15,7 +15,12 @@ from starlette.exceptions import HTTPException
 from writesafe.idempotency import WriteSafe, WriteSafeError
 from writesafe.ledger import ApiKeys, LedgerNotMigrated
 from writesafe.reconciler import KEY_STORE, LEDGER
-from writesafe.service._auth import Authenticator, require_admin, require_operator
+from writesafe.service._auth import (
+    Authenticator,
+    require_admin,
+    require_operator,
+    within_tenant_bound,
+)
 from writesafe.service._console import console_router
 from writesafe.service._context import ServiceContext
 from writesafe.service._cursor import Cursors
@@ -35,6 +40,7 @@ from writesafe.service._problems import (
 from writesafe.service._rate_limits import RateLimits
 from writesafe.service._reconcile import reconcile_router
 from writesafe.service._settings import ServiceSettings
+from writesafe.service._work import TenantWork
 
 VERSION = "1.0.0"
 
@@ -79,8 +85,13 @@ def create_app(ws: WriteSafe, settings: ServiceSettings | None = None) -> Servic
     authenticate = Authenticator(ctx.keys, ws.start, ctx.limits)
     operator = require_operator(authenticate)
     app.include_router(health_router(ctx, require_admin(authenticate)))
-    app.include_router(operations_router(ctx, authenticate, operator))
-    app.include_router(reconcile_router(ctx, operator))
+    # What reads or settles a tenant's operations holds its cost of the tenant's bound.
+    work = TenantWork(settings.tenant_work_units, enabled=settings.rate_limits)
+    working_operator = within_tenant_bound(work, operator)
+    app.include_router(
+        operations_router(ctx, within_tenant_bound(work, authenticate), working_operator)
+    )
+    app.include_router(reconcile_router(ctx, working_operator))
     app.include_router(console_router(ctx, authenticate, operator))
     app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes)
     app.add_middleware(RequestMetrics)

@@ -5,7 +5,7 @@ so a key cannot probe which keys another tenant uses. (No `from __future__ impor
 FastAPI must resolve the dependencies' local `Annotated` aliases.)
 """
 
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from typing import Annotated
 
@@ -17,6 +17,7 @@ from writesafe.ledger import ApiKeys, Role
 from writesafe.service._api_keys import hash_token, well_formed
 from writesafe.service._rate_limits import RateLimits, client_of
 from writesafe.service._reads import read
+from writesafe.service._work import TenantWork, request_cost
 
 bearer = HTTPBearer(
     auto_error=False,
@@ -46,8 +47,8 @@ class Principal:
 class Authenticator:
     """The FastAPI dependency that turns `Authorization: Bearer …` into a `Principal`.
 
-    Rate limits are applied before the key's lookup (`_rate_limits`): a key's own budget, and the
-    client's budget for requests that come without a valid key.
+    A key's own budget is spent before its lookup, by what the request costs; the client's
+    budget only when the request proves to have no valid key (`_rate_limits`).
     """
 
     def __init__(
@@ -69,11 +70,11 @@ class Authenticator:
         token = credentials.credentials
         record = None
         if well_formed(token):
-            await self._limits.admit_anonymous(client)
             secret_hash = hash_token(token)
-            await self._limits.spend_key(secret_hash)
+            await self._limits.spend_key(secret_hash, request_cost(request))
             await self._ready()
-            record = await read("the API key lookup", lambda: self._keys.active(secret_hash))
+            async with self._limits.lookup_gate(client):
+                record = await read("the API key lookup", lambda: self._keys.active(secret_hash))
         if record is None:
             await self._limits.spend_anonymous(client)
             raise HTTPException(401, "the API key is not valid or was revoked", _INVALID)
@@ -101,3 +102,20 @@ def _require(
         return principal
 
     return admitted
+
+
+Caller = Callable[..., Awaitable[Principal]] | Callable[..., AsyncIterator[Principal]]
+"""A dependency that yields the request's `Principal` (what the routers are given)."""
+
+
+def within_tenant_bound(work: TenantWork, caller: Callable[..., Awaitable[Principal]]) -> Caller:
+    """`caller`'s dependency, holding the request's cost of its tenant's bound on work in flight
+    until the answer is sent (serializing a large page is most of its work)."""
+
+    async def working(
+        request: Request, principal: Annotated[Principal, Depends(caller)]
+    ) -> AsyncIterator[Principal]:
+        with work.slot(principal.scope, request_cost(request)):
+            yield principal
+
+    return working

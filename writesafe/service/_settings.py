@@ -34,6 +34,13 @@ class ServiceSettings(BaseSettings):
         "/readyz), in `limits` notation.",
     )
 
+    tenant_work_units: int = Field(
+        default=16,
+        ge=1,
+        description="Units of work one tenant scope may have in flight (a request costs 1, plus "
+        "1 per 50 rows it lists); past them, 429 at once.",
+    )
+
     @field_validator("rate_limit_per_key", "rate_limit_anonymous")
     @classmethod
     def _limits_notation(cls, value: str) -> str:
