@@ -44,6 +44,16 @@ JsonLogsOption = Annotated[
     ),
 ]
 
+ForwardedAllowIpsOption = Annotated[
+    str,
+    typer.Option(
+        "--forwarded-allow-ips",
+        envvar="WRITESAFE_FORWARDED_ALLOW_IPS",
+        help="Proxies whose X-Forwarded-For/-Proto are trusted (comma-separated addresses or "
+        "networks, * for any). Default: none, so a client cannot name another address.",
+    ),
+]
+
 
 class _Server(uvicorn.Server):
     """uvicorn re-raises SIGTERM after its graceful shutdown, which kills the process before the
@@ -65,17 +75,25 @@ def serve(
     port: PortOption = 8000,
     log_level: LogLevelOption = "info",
     json_logs: JsonLogsOption = False,
+    forwarded_allow_ips: ForwardedAllowIpsOption = "",
 ) -> None:
     """Serve the HTTP API for your WriteSafe until SIGINT/SIGTERM (API keys: `writesafe keys`).
     Exit 3 if the ledger cannot be reached, 1 if its schema is not current."""
     # The service package loads FastAPI (most of a second): only the commands that need it.
-    from writesafe.service import create_app
+    from writesafe.service import ServiceSettings, create_app
+    from writesafe.service._server import server_config
 
     ws = load_app(app)
     if json_logs:
         configure_logging(json=True)
-    config = uvicorn.Config(
-        create_app(ws), host=host, port=port, log_level=log_level.lower(), server_header=False
+    settings = ServiceSettings()
+    config = server_config(
+        create_app(ws, settings),
+        settings,
+        host=host,
+        port=port,
+        log_level=log_level.lower(),
+        forwarded_allow_ips=forwarded_allow_ips,
     )
 
     async def serve_until_stopped(ws: WriteSafe) -> None:

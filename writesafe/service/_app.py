@@ -17,6 +17,7 @@ from writesafe.ledger import ApiKeys, LedgerNotMigrated
 from writesafe.reconciler import KEY_STORE, LEDGER
 from writesafe.service._auth import (
     Authenticator,
+    admission,
     require_admin,
     require_operator,
     within_tenant_bound,
@@ -93,7 +94,7 @@ def create_app(ws: WriteSafe, settings: ServiceSettings | None = None) -> Servic
     )
     app.include_router(reconcile_router(ctx, working_operator))
     app.include_router(console_router(ctx, authenticate, operator))
-    app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes)
+    app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes, admit=admission(authenticate))
     app.add_middleware(RequestMetrics)
     app.add_middleware(JsonAnswerHeaders)  # outermost: on every answer, the limits' too
     return app

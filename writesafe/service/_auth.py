@@ -9,12 +9,14 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from typing import Annotated
 
-from fastapi import Depends, HTTPException, Request, Security
+from fastapi import Depends, HTTPException, Request, Response, Security
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
-from writesafe.idempotency import MAX_KEY_LENGTH
+from writesafe.idempotency import MAX_KEY_LENGTH, WriteSafeError
 from writesafe.ledger import ApiKeys, Role
 from writesafe.service._api_keys import hash_token, well_formed
+from writesafe.service._limits import Admission
+from writesafe.service._problems import envelope_error, http_error
 from writesafe.service._rate_limits import RateLimits, client_of
 from writesafe.service._reads import read
 from writesafe.service._work import TenantWork, request_cost
@@ -63,6 +65,9 @@ class Authenticator:
         request: Request,
         credentials: Annotated[HTTPAuthorizationCredentials | None, Security(bearer)],
     ) -> Principal:
+        admitted = request.scope.get(_ADMITTED)
+        if isinstance(admitted, Principal):
+            return admitted  # authenticated before its body was read (`admission`)
         client = client_of(request)
         if credentials is None:
             await self._limits.spend_anonymous(client)
@@ -81,6 +86,29 @@ class Authenticator:
         return Principal(
             key_id=record.key_id, name=record.name, scope=record.scope, role=record.role
         )
+
+
+_ADMITTED = "writesafe.principal"
+
+
+def admission(authenticate: Authenticator) -> Admission:
+    """The API's callers authenticated on their headers, before their body is read: a refusal
+    (401, 429) is answered at once, a `Principal` kept for the route's own dependency."""
+
+    async def admit(request: Request) -> Response | None:
+        if not request.url.path.startswith("/v1/"):
+            return None  # the console's forms carry their key or session in the body or a cookie
+        try:
+            request.scope[_ADMITTED] = await authenticate(request, await bearer(request))
+        except HTTPException as error:
+            return await http_error(request, error)
+        except WriteSafeError as error:
+            return await envelope_error(request, error)
+        except Exception:  # a store that did not answer: the route answers for it (503)
+            return None
+        return None
+
+    return admit
 
 
 def require_operator(authenticate: Authenticator) -> Callable[..., Awaitable[Principal]]:
