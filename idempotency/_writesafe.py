@@ -13,7 +13,7 @@ from writesafe.idempotency._arguments import KEY_PARAMETER
 from writesafe.idempotency._context import OperationContext, current_operation
 from writesafe.idempotency._errors import invalid_input
 from writesafe.idempotency._guard import Guard, GuardSettings
-from writesafe.idempotency._keys import DEFAULT_SCOPE, validate_key
+from writesafe.idempotency._keys import DEFAULT_SCOPE, refuse_hidden_characters, validate_key
 from writesafe.idempotency._recording import LEDGER_ERRORS
 from writesafe.idempotency._results import ResultCodec, ResultNotStored
 from writesafe.idempotency._settings import SettingsRefused, WriteSafeSettings
@@ -468,7 +468,8 @@ class WriteSafe:
             raise invalid_input("outcome", "outcome must be 'succeeded' or 'failed'")
         if outcome == "failed" and result is not None:
             raise invalid_input("result", "only a succeeded resolution carries a result")
-        reason, actor = _required_text(reason, "reason"), _required_text(actor, "actor")
+        reason = _required_text(reason, "reason", allowed="\t\r\n")  # a reason may have lines
+        actor = _required_text(actor, "actor")
         if len(actor) > 255:
             raise invalid_input("actor", "actor is limited to 255 characters")
         if evidence is not None:
@@ -519,9 +520,9 @@ def _check_retention(settings: WriteSafeSettings, settle_after: float) -> None:
         raise SettingsRefused(refusal)
 
 
-def _required_text(value: object, field: str) -> str:
+def _required_text(value: object, field: str, *, allowed: str = "") -> str:
     if not isinstance(value, str) or not value.strip():
         raise invalid_input(field, f"{field} is required: say who resolved it and why")
     if len(value) > MAX_REASON_LENGTH:
         raise invalid_input(field, f"{field} is limited to {MAX_REASON_LENGTH} characters")
-    return value.strip()
+    return refuse_hidden_characters(value.strip(), field, allowed=allowed)

@@ -66,7 +66,7 @@ async def test_probes_and_unknown_keys_share_the_clients_limit(make_ws: MakeWrit
             guessed = await guesser.get("/v1/operations")
             over = await guesser.get("/v1/operations")
         async with client(tokens[A, Role.READER]) as reader:
-            # The address is over its limit: even a valid key from it waits (no lookup is made).
+            # The address is over its limit, but a valid key from it is not refused.
             valid_from_there = await reader.get("/v1/operations")
         async with client(None) as anonymous:
             probe = await anonymous.get("/readyz")
@@ -74,9 +74,38 @@ async def test_probes_and_unknown_keys_share_the_clients_limit(make_ws: MakeWrit
             healthz = await anonymous.get("/healthz")
     assert [r.status_code for r in ready] == [200, 200]
     assert_problem(guessed, 401, "AUTH_REQUIRED")
-    for refused in (over, valid_from_there, probe):
+    assert valid_from_there.status_code == 200, valid_from_there.text
+    for refused in (over, probe):
         _assert_rate_limited(refused)
     assert healthz.status_code == 200  # liveness costs nothing and is never limited
+
+
+async def test_a_flood_of_bad_keys_never_refuses_a_valid_key(make_ws: MakeWriteSafe) -> None:
+    # Behind a proxy or a NAT every tenant shares one address with whoever floods it.
+    async with _service(make_ws, rate_limit_anonymous="5/minute") as (client, tokens):
+        flood, valid = [], []
+        async with client(UNKNOWN_KEY) as guesser, client(tokens[B, Role.READER]) as tenant:
+            for _ in range(20):
+                flood.append(await guesser.get("/v1/operations"))
+                valid.append(await tenant.get("/v1/operations"))
+    assert [r.status_code for r in valid] == [200] * 20
+    assert [r.status_code for r in flood] == [401] * 5 + [429] * 15  # still limited per address
+    _assert_rate_limited(flood[-1])
+
+
+async def test_a_request_costs_what_it_asks_for(make_ws: MakeWriteSafe) -> None:
+    # A 500-row page costs 11 units of the key's budget; a status read costs 1.
+    async with (
+        _service(make_ws, rate_limit_per_key="30/minute") as (client, tokens),
+        client(tokens[A, Role.READER]) as reader,
+    ):
+        pages = [await reader.get("/v1/operations", params={"limit": 500}) for _ in range(3)]
+        small = [await reader.get("/v1/operations", params={"limit": 10}) for _ in range(8)]
+        over = await reader.get("/v1/operations")
+    assert [r.status_code for r in pages[:2]] == [200, 200]
+    _assert_rate_limited(pages[2])  # 33 units would be over 30
+    assert [r.status_code for r in small] == [200] * 8  # 22 + 8 = 30: the limit exactly
+    _assert_rate_limited(over)
 
 
 async def test_limits_switch_off(make_ws: MakeWriteSafe) -> None:

@@ -9,6 +9,7 @@ endpoint a reader or an operator of the tenant can call.
 from __future__ import annotations
 
 import contextlib
+import html
 from typing import Any
 
 import httpx
@@ -27,7 +28,23 @@ from writesafe.service import create_app
 A = SCOPES[0]
 SECRET = "sk_live_51HqLyjWDarjtT1zdp7dcXzYq"
 URL = f"https://api.payments.test/v1/charges?api_key={SECRET}&amount=10"
-ALL_SECRETS = (SECRET, "hunter2-pass", "Zm9vOmJhcg", "sess-4711-cookie", "tok_9f8e7d6c5b4a")
+# The shapes: a dict repr in single quotes with Basic credentials, and httpx's bytes tuples.
+HEADERS_REPR = (
+    "{'Authorization': 'Basic YWxpY2U6aHVudGVyMg==', 'X-Api-Key': 'key_live_123', "
+    "'password': 'hunter2'} [(b'authorization', b'Bearer tok-bytes-77')]"
+)
+ALL_SECRETS = (
+    SECRET,
+    "hunter2-pass",
+    "Zm9vOmJhcg",
+    "sess-4711-cookie",
+    "tok_9f8e7d6c5b4a",
+    "YWxpY2U6aHVudGVyMg",
+    "key_live_123",
+    "'hunter2'",
+    "tok-bytes-77",
+)
+KEYS = ("timeout", "refused", "lookup-raises", "headers")
 
 
 async def _lookup(op: Any) -> Unknown:
@@ -39,6 +56,8 @@ async def _lookup(op: Any) -> Unknown:
 def _register(ws: WriteSafe) -> Any:
     @ws.tool("charge", lookup=_lookup)
     async def charge(order: dict[str, Any]) -> dict[str, Any]:
+        if order["how"] == "headers":
+            raise RuntimeError(f"the gateway answered 401 to {HEADERS_REPR}")
         if order["how"] == "timeout":
             raise httpx.ReadTimeout(f"timed out reading {URL}", request=httpx.Request("GET", URL))
         raise ToolError(
@@ -56,7 +75,7 @@ def _register(ws: WriteSafe) -> Any:
 
 async def _call_every_way(ws: WriteSafe) -> None:
     charge = _register(ws)
-    for key, how in (("timeout", "timeout"), ("refused", "refuse"), ("lookup-raises", "timeout")):
+    for key, how in zip(KEYS, ("timeout", "refuse", "timeout", "headers"), strict=True):
         with contextlib.suppress(Exception):
             await charge({"how": how}, idempotency_key=key, scope=A)
     await ws.reconcile()  # both lookups run and record their (failing) evidence
@@ -87,11 +106,23 @@ async def test_secrets_in_raised_text_reach_neither_ledger_nor_api(make_ws: Make
             async with httpx.AsyncClient(
                 base_url=base_url, transport=transport, headers=headers
             ) as client:
-                for key in ("timeout", "refused", "lookup-raises"):
+                for key in KEYS:
                     answers.append((await client.get(f"/v1/operations/{key}")).text)
                     answers.append((await client.get(f"/v1/operations/{key}/attempts")).text)
                 answers.append((await client.get("/v1/operations")).text)
-    assert all('"key"' in answer for answer in answers)  # real answers, not refusals
+            assert all('"key"' in answer for answer in answers)  # real answers, not refusals
+            async with httpx.AsyncClient(base_url=base_url, transport=transport) as browser:
+                login = await browser.post(
+                    "/console/login",
+                    data={"api_key": tokens[A, role]},
+                    headers={"Origin": base_url},
+                )
+                assert login.status_code == 303, login.text
+                for key in KEYS:
+                    page = await browser.get(f"/console/operations/{key}")
+                    assert page.status_code == 200, page.text
+                    answers.append(html.unescape(page.text))
+    assert "RuntimeError" in answers[-1]  # the timeline shows the failure, redacted
     for secret in ALL_SECRETS:
         assert secret not in stored, secret
         assert not any(secret in answer for answer in answers), secret

@@ -43,6 +43,16 @@ JsonLogsOption = Annotated[
     ),
 ]
 
+ForwardedAllowIpsOption = Annotated[
+    str,
+    typer.Option(
+        "--forwarded-allow-ips",
+        envvar="WRITESAFE_FORWARDED_ALLOW_IPS",
+        help="Proxies whose X-Forwarded-For/-Proto are trusted (comma-separated addresses or "
+        "networks, * for any). Default: none, so a client cannot name another address.",
+    ),
+]
+
 
 def serve(
     app: AppArgument,
@@ -50,23 +60,33 @@ def serve(
     port: PortOption = 8000,
     log_level: LogLevelOption = "info",
     json_logs: JsonLogsOption = False,
+    forwarded_allow_ips: ForwardedAllowIpsOption = "",
 ) -> None:
     """Serve the HTTP API for your WriteSafe until SIGINT/SIGTERM (API keys: `writesafe keys`).
     Exit 3 if the ledger cannot be reached, 1 if its schema is not current."""
     try:
         # The service package loads FastAPI (most of a second): only the commands that need it.
-        from writesafe.cli._uvicorn import server as service_server
-        from writesafe.service import create_app
+        from writesafe.cli._uvicorn import Server
+        from writesafe.service import ServiceSettings, create_app
+        from writesafe.service._server import server_config
     except MissingExtra as missing:
         raise fail(str(missing), ExitCode.USAGE) from None
 
     ws = load_app(app)
     if json_logs:
         configure_logging(json=True)
-    service = create_app(ws)
+    settings = ServiceSettings()
+    config = server_config(
+        create_app(ws, settings),
+        settings,
+        host=host,
+        port=port,
+        log_level=log_level.lower(),
+        forwarded_allow_ips=forwarded_allow_ips,
+    )
 
     async def serve_until_stopped(ws: WriteSafe) -> None:
-        server = service_server(service, host=host, port=port, log_level=log_level.lower())
+        server = Server(config)
         loop = asyncio.get_running_loop()
         for signum in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(signum, server.stop)

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator
-from typing import Any
 
 from writesafe._extras import MissingExtra
 
@@ -26,9 +25,3 @@ class Server(uvicorn.Server):
         # The first signal drains the connections; a second one stops at once.
         self.force_exit = self.should_exit
         self.should_exit = True
-
-
-def server(app: Any, *, host: str, port: int, log_level: str) -> Server:
-    """A server for the service's ASGI `app`, without uvicorn's `Server` header."""
-    config = uvicorn.Config(app, host=host, port=port, log_level=log_level, server_header=False)
-    return Server(config)

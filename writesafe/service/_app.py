@@ -15,10 +15,17 @@ from starlette.exceptions import HTTPException
 from writesafe.idempotency import WriteSafe, WriteSafeError
 from writesafe.ledger import ApiKeys, LedgerNotMigrated
 from writesafe.reconciler._causes import KEY_STORE, LEDGER
-from writesafe.service._auth import Authenticator, require_admin, require_operator
+from writesafe.service._auth import (
+    Authenticator,
+    admission,
+    require_admin,
+    require_operator,
+    within_tenant_bound,
+)
 from writesafe.service._console import console_router
 from writesafe.service._context import ServiceContext
 from writesafe.service._cursor import Cursors
+from writesafe.service._headers import JSON_ANSWER_HEADERS, JsonAnswerHeaders
 from writesafe.service._health import health_router
 from writesafe.service._limits import BodyLimit
 from writesafe.service._metrics import RequestMetrics
@@ -34,6 +41,7 @@ from writesafe.service._problems import (
 from writesafe.service._rate_limits import RateLimits
 from writesafe.service._reconcile import reconcile_router
 from writesafe.service._settings import ServiceSettings
+from writesafe.service._work import TenantWork
 
 VERSION = "1.0.0"
 
@@ -78,11 +86,17 @@ def create_app(ws: WriteSafe, settings: ServiceSettings | None = None) -> Servic
     authenticate = Authenticator(ctx.keys, ws.start, ctx.limits)
     operator = require_operator(authenticate)
     app.include_router(health_router(ctx, require_admin(authenticate)))
-    app.include_router(operations_router(ctx, authenticate, operator))
-    app.include_router(reconcile_router(ctx, operator))
+    # What reads or settles a tenant's operations holds its cost of the tenant's bound.
+    work = TenantWork(settings.tenant_work_units, enabled=settings.rate_limits)
+    working_operator = within_tenant_bound(work, operator)
+    app.include_router(
+        operations_router(ctx, within_tenant_bound(work, authenticate), working_operator)
+    )
+    app.include_router(reconcile_router(ctx, working_operator))
     app.include_router(console_router(ctx, authenticate, operator))
-    app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes)
+    app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes, admit=admission(authenticate))
     app.add_middleware(RequestMetrics)
+    app.add_middleware(JsonAnswerHeaders)  # outermost: on every answer, the limits' too
     return app
 
 
@@ -100,4 +114,5 @@ async def _not_migrated(_request: Request, _error: Any) -> JSONResponse:
 
 async def _internal(_request: Request, _error: Any) -> JSONResponse:
     # Never the exception's text: it may carry internals. The server log has the traceback.
-    return problem_response(500, "an internal error; it was logged")
+    # Starlette answers this one outside every middleware, so it brings its headers itself.
+    return problem_response(500, "an internal error; it was logged", headers=JSON_ANSWER_HEADERS)

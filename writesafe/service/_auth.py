@@ -5,18 +5,21 @@ so a key cannot probe which keys another tenant uses. (No `from __future__ impor
 FastAPI must resolve the dependencies' local `Annotated` aliases.)
 """
 
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from typing import Annotated
 
-from fastapi import Depends, HTTPException, Request, Security
+from fastapi import Depends, HTTPException, Request, Response, Security
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
-from writesafe.idempotency import MAX_KEY_LENGTH
+from writesafe.idempotency import MAX_KEY_LENGTH, WriteSafeError
 from writesafe.ledger import ApiKeys, Role
 from writesafe.service._api_keys import hash_token, well_formed
+from writesafe.service._limits import Admission
+from writesafe.service._problems import envelope_error, http_error
 from writesafe.service._rate_limits import RateLimits, client_of
 from writesafe.service._reads import read
+from writesafe.service._work import TenantWork, request_cost
 
 bearer = HTTPBearer(
     auto_error=False,
@@ -46,8 +49,8 @@ class Principal:
 class Authenticator:
     """The FastAPI dependency that turns `Authorization: Bearer …` into a `Principal`.
 
-    Rate limits are applied before the key's lookup (`_rate_limits`): a key's own budget, and the
-    client's budget for requests that come without a valid key.
+    A key's own budget is spent before its lookup, by what the request costs; the client's
+    budget only when the request proves to have no valid key (`_rate_limits`).
     """
 
     def __init__(
@@ -62,6 +65,9 @@ class Authenticator:
         request: Request,
         credentials: Annotated[HTTPAuthorizationCredentials | None, Security(bearer)],
     ) -> Principal:
+        admitted = request.scope.get(_ADMITTED)
+        if isinstance(admitted, Principal):
+            return admitted  # authenticated before its body was read (`admission`)
         client = client_of(request)
         if credentials is None:
             await self._limits.spend_anonymous(client)
@@ -69,17 +75,40 @@ class Authenticator:
         token = credentials.credentials
         record = None
         if well_formed(token):
-            await self._limits.admit_anonymous(client)
             secret_hash = hash_token(token)
-            await self._limits.spend_key(secret_hash)
+            await self._limits.spend_key(secret_hash, request_cost(request))
             await self._ready()
-            record = await read("the API key lookup", lambda: self._keys.active(secret_hash))
+            async with self._limits.lookup_gate(client):
+                record = await read("the API key lookup", lambda: self._keys.active(secret_hash))
         if record is None:
             await self._limits.spend_anonymous(client)
             raise HTTPException(401, "the API key is not valid or was revoked", _INVALID)
         return Principal(
             key_id=record.key_id, name=record.name, scope=record.scope, role=record.role
         )
+
+
+_ADMITTED = "writesafe.principal"
+
+
+def admission(authenticate: Authenticator) -> Admission:
+    """The API's callers authenticated on their headers, before their body is read: a refusal
+    (401, 429) is answered at once, a `Principal` kept for the route's own dependency."""
+
+    async def admit(request: Request) -> Response | None:
+        if not request.url.path.startswith("/v1/"):
+            return None  # the console's forms carry their key or session in the body or a cookie
+        try:
+            request.scope[_ADMITTED] = await authenticate(request, await bearer(request))
+        except HTTPException as error:
+            return await http_error(request, error)
+        except WriteSafeError as error:
+            return await envelope_error(request, error)
+        except Exception:  # a store that did not answer: the route answers for it (503)
+            return None
+        return None
+
+    return admit
 
 
 def require_operator(authenticate: Authenticator) -> Callable[..., Awaitable[Principal]]:
@@ -101,3 +130,20 @@ def _require(
         return principal
 
     return admitted
+
+
+Caller = Callable[..., Awaitable[Principal]] | Callable[..., AsyncIterator[Principal]]
+"""A dependency that yields the request's `Principal` (what the routers are given)."""
+
+
+def within_tenant_bound(work: TenantWork, caller: Callable[..., Awaitable[Principal]]) -> Caller:
+    """`caller`'s dependency, holding the request's cost of its tenant's bound on work in flight
+    until the answer is sent (serializing a large page is most of its work)."""
+
+    async def working(
+        request: Request, principal: Annotated[Principal, Depends(caller)]
+    ) -> AsyncIterator[Principal]:
+        with work.slot(principal.scope, request_cost(request)):
+            yield principal
+
+    return working

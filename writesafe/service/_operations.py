@@ -3,7 +3,6 @@
 No `from __future__ import annotations`: FastAPI must resolve the routes' local `Annotated` aliases.
 """
 
-from collections.abc import Awaitable, Callable
 from datetime import datetime, timedelta
 from typing import Annotated
 
@@ -20,7 +19,7 @@ from writesafe.idempotency import (
 )
 from writesafe.idempotency._keys import validate_key
 from writesafe.reconciler import OperationSummary
-from writesafe.service._auth import Principal
+from writesafe.service._auth import Caller, Principal
 from writesafe.service._context import ServiceContext
 from writesafe.service._cursor import CursorInvalid
 from writesafe.service._metrics import RESOLUTIONS
@@ -46,8 +45,8 @@ KeyPath = Annotated[
 
 def operations_router(
     ctx: ServiceContext,
-    authenticate: Callable[..., Awaitable[Principal]],
-    operator: Callable[..., Awaitable[Principal]],
+    authenticate: Caller,
+    operator: Caller,
 ) -> APIRouter:
     router = APIRouter(prefix="/v1", tags=["operations"])
 

@@ -1,22 +1,19 @@
 """`POST /v1/reconcile`: one bounded reconciliation pass, on demand."""
 
-from collections.abc import Awaitable, Callable
 from typing import Annotated
 
 from fastapi import APIRouter, Body, Depends, HTTPException
 
 from writesafe.idempotency import ReconcilerBusy, ReconcileReport
 from writesafe.ledger import Role
-from writesafe.service._auth import Principal
+from writesafe.service._auth import Caller, Principal
 from writesafe.service._context import ServiceContext
 from writesafe.service._metrics import record_pass
 from writesafe.service._models import ReconcileRequest
 from writesafe.service._openapi import problems
 
 
-def reconcile_router(
-    ctx: ServiceContext, operator: Callable[..., Awaitable[Principal]]
-) -> APIRouter:
+def reconcile_router(ctx: ServiceContext, operator: Caller) -> APIRouter:
     router = APIRouter(prefix="/v1", tags=["reconciliation"])
 
     @router.post(

@@ -34,6 +34,33 @@ class ServiceSettings(BaseSettings):
         "/readyz), in `limits` notation.",
     )
 
+    tenant_work_units: int = Field(
+        default=16,
+        ge=1,
+        description="Units of work one tenant scope may have in flight (a request costs 1, plus "
+        "1 per 50 rows it lists); past them, 429 at once.",
+    )
+
+    header_timeout: float = Field(
+        default=10.0,
+        gt=0,
+        description="Seconds a request's headers may take to arrive (from the connection's "
+        "opening or the request's first byte); then the connection is closed.",
+    )
+    body_timeout: float = Field(
+        default=30.0,
+        gt=0,
+        description="Seconds a request's body may take to arrive after its headers.",
+    )
+    keep_alive_timeout: int = Field(
+        default=5, ge=1, description="Seconds an idle connection is kept between requests."
+    )
+    max_connections: int = Field(
+        default=512,
+        ge=1,
+        description="Open connections (and requests in progress) at most; past it, 503.",
+    )
+
     @field_validator("rate_limit_per_key", "rate_limit_anonymous")
     @classmethod
     def _limits_notation(cls, value: str) -> str:
