@@ -31,7 +31,7 @@ from writesafe.idempotency._fence import LeaseLost
 from writesafe.idempotency._httpx import FencedTransport, SyncFencedTransport, fenced_client
 from writesafe.idempotency._keys import DEFAULT_SCOPE, MAX_KEY_LENGTH
 from writesafe.idempotency._logging import OperationFilter, configure_logging
-from writesafe.idempotency._settings import WriteSafeSettings
+from writesafe.idempotency._settings import SettingsRefused, WriteSafeSettings
 from writesafe.idempotency._sync import SyncTool, SyncWriteSafe
 from writesafe.idempotency._tool import Invocation, Tool
 from writesafe.idempotency._tracing import (
@@ -88,6 +88,7 @@ __all__ = [
     "Redactor",
     "ResolutionRefused",
     "RetryPolicy",
+    "SettingsRefused",
     "Status",
     "SyncFencedTransport",
     "SyncTool",

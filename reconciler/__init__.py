@@ -33,6 +33,7 @@ from writesafe.reconciler._contract import (
     Verdict,
 )
 from writesafe.reconciler._http_preset import HTTP_ADAPTER, http_adapter
+from writesafe.reconciler._ledger_causes import ledger_failure
 from writesafe.reconciler._lookup import Found, LookupResult, NotFound, Unknown
 from writesafe.reconciler._problem import PROBLEM_MEDIA_TYPE, Problem, from_problem, to_problem
 from writesafe.reconciler._reconcile import ReconcileReport
@@ -114,6 +115,7 @@ __all__ = [
     "from_webmcp",
     "from_webmcp_text",
     "http_adapter",
+    "ledger_failure",
     "read_envelope",
     "to_call_tool_result",
     "to_problem",

@@ -394,7 +394,7 @@ async def test_an_unreachable_ledger_is_named_as_the_dependency_at_fault(tmp_pat
     envelope = raised.value.envelope
     assert (envelope.code, envelope.cause, envelope.side_effects) == (
         "TEMP_UNAVAILABLE",
-        "ledger",
+        "ledger_unreachable",
         SideEffects.NONE,
     )
     await ws.close()

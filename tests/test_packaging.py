@@ -191,7 +191,7 @@ async def submit_order(order: dict[str, Any]) -> dict[str, Any]:
 
 
 async def main() -> str:
-    placed = await submit_order({"sku": "A1"}, idempotency_key="ord-7")
+    placed = await submit_order.key("ord-7")({"sku": "A1"})
     reference: str = placed["reference"]
     return reference
 """

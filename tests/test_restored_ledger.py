@@ -305,7 +305,8 @@ async def test_a_new_postgres_timeline_is_a_restore(pg_schema: str) -> None:
     try:
         await ws.start()
         async with ws.ledger.engine.begin() as conn:
-            await conn.execute(text("UPDATE writesafe_ledger_state SET timeline = timeline - 1"))
+            table = f"{pg_schema}.writesafe_ledger_state"  # statements name the ledger's schema
+            await conn.execute(text(f"UPDATE {table} SET timeline = timeline - 1"))
         state = await ws._guard._restores.check()
         assert state is not None
         assert state.detected_by is Signal.TIMELINE

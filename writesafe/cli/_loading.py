@@ -11,8 +11,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from writesafe.cli._exit import ExitCode
-from writesafe.idempotency import WriteSafe
-from writesafe.idempotency._settings import SettingsRefused
+from writesafe.idempotency import SettingsRefused, WriteSafe
 from writesafe.ledger import UnsupportedDatabase
 
 err = Console(stderr=True)

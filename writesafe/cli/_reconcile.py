@@ -30,7 +30,7 @@ from writesafe.cli._runner import run
 from writesafe.cli._stores import unavailable_errors
 from writesafe.idempotency import ReconcileReport, WriteSafe, WriteSafeError
 from writesafe.ledger import prune
-from writesafe.reconciler._ledger_causes import ledger_failure
+from writesafe.reconciler import ledger_failure
 
 WatchOption = Annotated[
     bool,

@@ -24,7 +24,7 @@ from writesafe.idempotency import (
     WriteSafeError,
 )
 from writesafe.ledger import LedgerNotMigrated, mark_path
-from writesafe.reconciler._ledger_causes import ledger_failure
+from writesafe.reconciler import ledger_failure
 
 T = TypeVar("T")
 
