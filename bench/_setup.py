@@ -15,6 +15,7 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+import aiosqlite
 import asyncpg
 from redis.asyncio import Redis
 
@@ -26,6 +27,24 @@ REDIS_URL = os.environ.get("WRITESAFE_BENCH_REDIS_URL", "redis://127.0.0.1:6379/
 
 def asyncpg_dsn(url: str) -> str:
     return url.replace("postgresql+asyncpg://", "postgresql://")
+
+
+async def create_sqlite_floor(path: Path) -> None:
+    """The table of the committed-INSERT floor, in the SQLite file at `path`."""
+    async with aiosqlite.connect(path) as lite:
+        await lite.execute("CREATE TABLE bench_floor (id INTEGER PRIMARY KEY, k TEXT)")
+        await lite.commit()
+
+
+async def create_postgres_floor(database_url: str, schema: str) -> None:
+    """The table of the committed-INSERT floor, in the run's own PostgreSQL schema."""
+    connection = await asyncpg.connect(asyncpg_dsn(database_url))
+    try:
+        await connection.execute(
+            f'CREATE TABLE "{schema}".bench_floor (id bigserial PRIMARY KEY, k text)'
+        )
+    finally:
+        await connection.close()
 
 
 @dataclass(frozen=True)

@@ -34,7 +34,7 @@ from rich.table import Table
 
 from bench import throughput_peers
 from bench._cli import run_and_report
-from bench._setup import asyncpg_dsn, isolated
+from bench._setup import asyncpg_dsn, create_postgres_floor, create_sqlite_floor, isolated
 from bench.guard import ORDER, bare_write
 from writesafe import WriteSafe
 from writesafe.idempotency._redis_connections import RedisConnections, pack
@@ -182,20 +182,12 @@ async def _prepare(args: argparse.Namespace, schema: str, sqlite_path: Path) -> 
         ws = WriteSafe(f"sqlite+aiosqlite:///{sqlite_path}")
         await ws.start()
         await ws.close()
-        async with aiosqlite.connect(sqlite_path) as lite:
-            await lite.execute("CREATE TABLE bench_floor (id INTEGER PRIMARY KEY, k TEXT)")
-            await lite.commit()
+        await create_sqlite_floor(sqlite_path)
         return
     ws = WriteSafe(args.database_url, schema=schema, auto_migrate=True)
     await ws.start()
     await ws.close()
-    connection = await asyncpg.connect(asyncpg_dsn(args.database_url))
-    try:
-        await connection.execute(
-            f'CREATE TABLE "{schema}".bench_floor (id bigserial PRIMARY KEY, k text)'
-        )
-    finally:
-        await connection.close()
+    await create_postgres_floor(args.database_url, schema)
 
 
 async def _isolated_run(args: argparse.Namespace) -> dict[str, Any]:

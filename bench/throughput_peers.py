@@ -42,7 +42,7 @@ import asyncpg
 from rich.console import Console
 from rich.table import Table
 
-from bench._setup import asyncpg_dsn, isolated
+from bench._setup import asyncpg_dsn, create_postgres_floor, create_sqlite_floor, isolated
 from bench.guard import ORDER
 from writesafe import WriteSafe
 from writesafe.idempotency import WriteSafeSettings
@@ -292,16 +292,8 @@ async def _prepare(
         if system.startswith("agent-once"):
             job = Job(system, args.database_url, "", schema, "", str(workdir), "", 1, 0.0)
             _once_store(system, job).close()  # creates its table or file
-    async with aiosqlite.connect(workdir / "floor.db") as floor:
-        await floor.execute("CREATE TABLE bench_floor (id INTEGER PRIMARY KEY, k TEXT)")
-        await floor.commit()
-    connection = await asyncpg.connect(asyncpg_dsn(args.database_url))
-    try:
-        await connection.execute(
-            f'CREATE TABLE "{schema}".bench_floor (id bigserial PRIMARY KEY, k text)'
-        )
-    finally:
-        await connection.close()
+    await create_sqlite_floor(workdir / "floor.db")
+    await create_postgres_floor(args.database_url, schema)
 
 
 async def run(args: argparse.Namespace) -> dict[str, Any]:
