@@ -306,9 +306,9 @@ class Ledger:
         if not self.server_clock:
             return self.clock.now()
         async with self._reads.connect() as conn:
-            return await self._now_in(conn)
+            return await self.now_in(conn)
 
-    async def _now_in(self, conn: AsyncConnection) -> datetime:
+    async def now_in(self, conn: AsyncConnection) -> datetime:
         """The ledger's time, read inside the caller's transaction."""
         if not self.server_clock:
             return self.clock.now()
@@ -488,13 +488,13 @@ class Ledger:
         """A generic compare-and-set transition for the reconciler and operators."""
         check_transition(current.status, target)
         async with self.engine.begin() as conn:
-            now = await self._now_in(conn)
+            now = await self.now_in(conn)
             return await compare_and_set(conn, current, {"status": target.value, **values}, now)
 
     async def record_attempt(self, operation_id: int, kind: AttemptKind, **values: Any) -> None:
         """Append an audited non-execution attempt (a lookup, an operator resolution)."""
         async with self.engine.begin() as conn:
-            now = await self._now_in(conn)
+            now = await self.now_in(conn)
             row = {"started_at": now, "finished_at": now, **values}
             await conn.execute(
                 insert(attempts).values(operation_id=operation_id, kind=kind.value, **row)
@@ -504,7 +504,7 @@ class Ledger:
         """Append the lookup attempt that proved `current`'s last execution had no effect, and
         close that execution as `failed`, in one transaction (its key then runs again)."""
         async with self.engine.begin() as conn:
-            now = await self._now_in(conn)
+            now = await self.now_in(conn)
             row = {"started_at": now, "finished_at": now, **values}
             await conn.execute(
                 insert(attempts).values(
@@ -712,7 +712,7 @@ class Ledger:
                 check_transition(settlement.current.status, settlement.status)
         rows: list[OperationRecord | None] = []
         async with self.engine.begin() as conn:
-            now = await self._now_in(conn)
+            now = await self.now_in(conn)
             if len(settlements) > 1 and not self.is_sqlite:
                 rows = await _compare_and_set_many(conn, settlements, now)
             else:  # SQLite statements are in-process calls: one per row costs nothing much

@@ -180,7 +180,7 @@ async def check_restored(
     timeline = await _timeline(ledger)
     async with ledger.engine.begin() as conn:
         state = await _read(conn)
-        now = await ledger.now()
+        now = await ledger.now_in(conn)  # not a second connection: the budget may be one
         if state.restored is not None and state.restored.closes_at > now:
             return state.restored
         ahead = [(mark, level) for mark, level in readings if level and state.level.behind(level)]
@@ -249,7 +249,7 @@ async def declare_restored(ledger: Ledger, since: datetime, retention: timedelta
     """Record the operator's word that the ledger holds nothing written after `since`; an open
     restore is widened (the earlier `since`, the later close), never narrowed."""
     async with ledger.engine.begin() as conn:
-        now = await ledger.now()
+        now = await ledger.now_in(conn)
         if since > now:
             raise ValueError(f"{since.isoformat()} is in the future (now {now.isoformat()})")
         declared = Restored(since, Signal.OPERATOR, now, now + retention)

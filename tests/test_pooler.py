@@ -38,10 +38,6 @@ def pooled_url(request: pytest.FixtureRequest) -> Iterator[str]:
         yield f"{url}?pooler=transaction" if request.param == "transaction" else url
 
 
-@pytest.mark.xfail(
-    reason="after the rollback merge, 16 calls through a pooled budget of 1 engine connection time out (ledger_budget): the restore check's engine use and the budget split collide; open in issue 26's note",  # noqa: E501
-    strict=False,
-)
 async def test_first_executions_and_replays_through_the_pooler(
     pooled_url: str, pg_schema: str
 ) -> None:
