@@ -117,4 +117,6 @@ def _chain(error: BaseException) -> list[BaseException]:
 
 
 def _detail(error: BaseException) -> str:
-    return redact_text(f"{type(error).__name__}: {error}")[:DETAIL_LIMIT]
+    # Only the driver's words are redacted: a class name such as `InvalidPasswordError` reads
+    # as a key-like `name: value` pair and would take the whole message with it.
+    return f"{type(error).__name__}: {redact_text(str(error))}"[:DETAIL_LIMIT]

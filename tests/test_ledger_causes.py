@@ -108,10 +108,6 @@ def test_only_an_outage_or_a_crowd_is_retryable() -> None:
     assert retryable == {LedgerCause.UNREACHABLE, LedgerCause.BUSY, LedgerCause.BUDGET}
 
 
-@pytest.mark.xfail(
-    reason="the structural redaction (issue 29) removes the server address too; open (issue 26)",
-    strict=False,
-)
 def test_the_logged_detail_is_the_drivers_message_redacted() -> None:
     error = _wrapped(
         _pg(asyncpg.InvalidPasswordError, "refused postgresql://admin:hunter2@db.internal/ledger")
