@@ -8,6 +8,15 @@ from writesafe.idempotency._errors import invalid_input
 
 MAX_KEY_LENGTH = 255
 DEFAULT_SCOPE = "default"
+HIDDEN_CATEGORIES = ("Cc", "Cf")
+# The blocks that hold every control and format character (tests/test_keys.py scans all of
+# Unicode on each Python to keep this true): scanning only these keeps the import fast.
+_HIDDEN_BLOCKS = (
+    range(0x0000, 0x2100),
+    range(0xFE00, 0x10000),
+    range(0x11000, 0x1E000),
+    range(0xE0000, 0xE0100),
+)
 
 
 def validate_key(value: object, field: str = "idempotency_key") -> str:
@@ -29,8 +38,27 @@ def refuse_hidden_characters(value: str, field: str, *, allowed: str = "") -> st
     `allowed`: U+202E reverses the text after it, U+200B hides in it, and both would reach the
     console and the callers' envelopes as written."""
     for char in value:
-        if unicodedata.category(char) in ("Cc", "Cf") and char not in allowed:
+        if unicodedata.category(char) in HIDDEN_CATEGORIES and char not in allowed:
             raise invalid_input(
                 field, f"{field} must not contain control or format characters (U+{ord(char):04X})"
             )
     return value
+
+
+def hidden_characters(allowed: str = "") -> str:
+    """The body of a regular expression's character class that holds every control and format
+    character but `allowed`, as literal characters and ranges: a schema's `pattern` that says
+    what `refuse_hidden_characters` refuses, in a form every regex dialect reads alike."""
+    hidden = [
+        code
+        for block in _HIDDEN_BLOCKS
+        for code in block
+        if unicodedata.category(chr(code)) in HIDDEN_CATEGORIES and chr(code) not in allowed
+    ]
+    runs: list[tuple[int, int]] = []
+    for code in hidden:
+        if runs and runs[-1][1] == code - 1:
+            runs[-1] = (runs[-1][0], code)
+        else:
+            runs.append((code, code))
+    return "".join(chr(a) if a == b else f"{chr(a)}-{chr(b)}" for a, b in runs)

@@ -8,6 +8,9 @@ envelopes callers get show the text as it was meant.
 
 from __future__ import annotations
 
+import re
+import sys
+import unicodedata
 from urllib.parse import quote
 
 import httpx
@@ -16,7 +19,7 @@ import pytest
 from tests.conftest import MakeWriteSafe
 from tests.service.support import Service, assert_problem, on_the_module_loop, seed
 from writesafe import WriteSafe, WriteSafeError
-from writesafe.idempotency._keys import validate_key
+from writesafe.idempotency._keys import HIDDEN_CATEGORIES, hidden_characters, validate_key
 from writesafe.ledger import Role, Status
 from writesafe.service import create_app
 
@@ -74,6 +77,15 @@ def test_keys_and_names_with_hidden_characters_are_refused(char: str) -> None:
             validate_key(f"order{char}-7", field)
         assert refused.value.envelope.field == field
         assert f"U+{ord(char):04X}" in refused.value.envelope.message
+
+
+def test_the_schemas_hidden_characters_are_what_the_guard_refuses() -> None:
+    # Scans all of Unicode on this Python: `hidden_characters` looks only where they live.
+    hidden = re.compile(f"[{hidden_characters(allowed=chr(9))}]")
+    for code in range(sys.maxunicode + 1):
+        char = chr(code)
+        refused = unicodedata.category(char) in HIDDEN_CATEGORIES and char != chr(9)
+        assert bool(hidden.match(char)) is refused, f"U+{code:04X}"
 
 
 @on_the_module_loop

@@ -7,11 +7,13 @@ from typing import Annotated, Any, ClassVar, Literal
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator
 
 from writesafe.idempotency import MAX_KEY_LENGTH
+from writesafe.idempotency._keys import hidden_characters
 from writesafe.ledger import Status, canonical_json
 from writesafe.reconciler import AttemptView, OperationSummary
 from writesafe.service._cursor import CURSOR_PATTERN
 
 REASON_LIMIT = 2_000
+_HIDDEN = hidden_characters(allowed="\t\r\n")  # what a reason may not hold; it may have lines
 MAX_PAGE = 500
 
 
@@ -63,13 +65,15 @@ class AttemptList(BaseModel):
 
 
 class _Resolution(BaseModel):
-    model_config = ConfigDict(extra="forbid", strict=True, regex_engine="python-re")
+    model_config = ConfigDict(extra="forbid", strict=True)
 
     reason: str = Field(
         min_length=1,
         max_length=REASON_LIMIT,
-        # Not blank and no NUL; Python's `\s` is what the ledger strips, so the schema says it.
-        pattern=r"^[^\x00]*[^\s\x00][^\x00]*$",
+        # `resolve` decides (blank, or a hidden character other than a line break or a tab, is
+        # INPUT_INVALID naming the character); the schema only says so. Python's `\s` is what
+        # the ledger strips.
+        json_schema_extra={"pattern": f"^[^{_HIDDEN}]*[^\\s{_HIDDEN}][^{_HIDDEN}]*$"},
         description="Why, with the evidence checked (kept in the audit record).",
     )
     evidence: dict[str, Any] | None = Field(
