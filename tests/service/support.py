@@ -3,7 +3,9 @@ clients that reach the app either in-process (ASGI) or through uvicorn on loopba
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
+import time
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -20,6 +22,7 @@ from writesafe.service import create_api_key
 from writesafe.service._problems import SERVICE_CODES
 
 SCOPES = ("tenant-a", "tenant-b")
+MINUTE = 60.0
 # A test that meets the shared `service` (see conftest.py) runs on its module's event loop, the
 # loop that service was started on.
 on_the_module_loop = pytest.mark.asyncio(loop_scope="module")
@@ -49,6 +52,18 @@ class Service:
 
     def as_(self, scope: str, role: Role) -> httpx.AsyncClient:
         return self.client(self.tokens[scope, role])
+
+
+async def clear_of_a_minute_edge(margin: float = 10.0) -> None:
+    """Wait, if need be, until `margin` seconds remain of the wall clock's minute.
+
+    The service counts with the `limits` sliding-window counter, whose windows start on whole
+    minutes: a test that counts requests exactly against an N/minute limit and crosses that edge
+    sees its earlier requests weighted down, and one more request admitted.
+    """
+    remaining = MINUTE - time.time() % MINUTE
+    if remaining < margin:
+        await asyncio.sleep(remaining + 0.05)
 
 
 async def issue_keys(ws: WriteSafe, scopes: Sequence[str] = SCOPES) -> dict[tuple[str, Role], str]:

@@ -10,7 +10,13 @@ import pytest
 from pydantic import ValidationError
 
 from tests.conftest import MakeWriteSafe
-from tests.service.support import SCOPES, assert_problem, issue_keys, served
+from tests.service.support import (
+    SCOPES,
+    assert_problem,
+    clear_of_a_minute_edge,
+    issue_keys,
+    served,
+)
 from writesafe.ledger import Role
 from writesafe.service import ServiceSettings, create_app
 
@@ -27,6 +33,7 @@ async def _service(
     ws = make_ws()
     await ws.start()
     tokens = await issue_keys(ws)
+    await clear_of_a_minute_edge()  # every limit here is counted per minute
     async with served(create_app(ws, ServiceSettings(**settings)), "asgi") as (url, transport):
 
         def client(token: str | None) -> httpx.AsyncClient:

@@ -20,7 +20,7 @@ import pytest
 import uvicorn
 
 from tests.conftest import MakeWriteSafe
-from tests.service.support import SCOPES, issue_keys
+from tests.service.support import SCOPES, clear_of_a_minute_edge, issue_keys
 from writesafe.ledger import Role
 from writesafe.service import ServiceSettings, create_app
 from writesafe.service._server import server_config
@@ -162,6 +162,7 @@ async def _client_addresses_seen(port: int) -> list[int]:
     """Statuses of bad-key requests that each claim another forwarded address."""
     url = f"http://127.0.0.1:{port}"
     auth = {"Authorization": f"Bearer {UNKNOWN_KEY}"}
+    await clear_of_a_minute_edge()  # the limits counted here are per minute
     async with httpx.AsyncClient(base_url=url, headers=auth, timeout=GIVE_UP) as client:
         return [
             (
