@@ -811,11 +811,12 @@ class Settlement:
     record_if_lost: bool = True
 
     def changes(self) -> dict[str, Any]:
-        """The columns this settlement sets, status included. A success clears `last_code`: the
-        code of the failure or takeover it was unknown by no longer describes it."""
+        """The columns this settlement sets, status included. A success clears `last_code` and
+        `error`: the failure or takeover it was unknown by no longer describes it (its attempt
+        keeps the envelope the caller got)."""
         if self.status is None:
             return dict(self.values)
-        cleared = {"last_code": None} if self.status is Status.SUCCEEDED else {}
+        cleared = {"last_code": None, "error": None} if self.status is Status.SUCCEEDED else {}
         return {**cleared, **self.values, "status": self.status.value}
 
 

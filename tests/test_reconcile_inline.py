@@ -44,6 +44,7 @@ async def test_hit_returns_the_found_result_without_executing(make_ws: MakeWrite
     assert kinds == [(AttemptKind.EXECUTION, "succeeded"), (AttemptKind.LOOKUP, "found")]
     assert status.attempts[0].code == "OUTCOME_UNKNOWN"
     assert status.attempts[1].actor == "caller"
+    assert status.error is None  # the timeout's envelope stays with its attempt, not the operation
 
 
 async def test_miss_after_the_settle_window_executes_exactly_once_more(
