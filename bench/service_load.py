@@ -2,6 +2,10 @@
 
     python -m bench.service_load [--seconds 30] [--max-requests 20000] [--concurrency 8]
                                  [--keys 2] [--per-key-limit 10/second] [--backend pg+redis|pg]
+    python -m bench.service_load --tenants [--seconds 15] [--heavy-clients 16]
+                                 [--light-clients 4] [--work-units 16] [--unbounded]
+
+`--tenants` measures two tenants side by side instead (`bench._two_tenants`).
 
 `writesafe serve`'s application runs in a child process on 127.0.0.1 (an ephemeral port) over a
 seeded, isolated ledger, with rate limits on: `--per-key-limit` per API key (low by default, so
@@ -19,53 +23,28 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import logging
-import multiprocessing
 import secrets
-import socket
 import time
 from collections import Counter
-from multiprocessing.queues import Queue
 from typing import Any
 
 import httpx
 import psutil
-import uvicorn
 from rich.console import Console
 from rich.table import Table
 
+from bench import _two_tenants
 from bench._cli import run_and_report
+from bench._served import served
 from bench._setup import isolated
-from writesafe import WriteSafe, WriteSafeSettings
+from writesafe import WriteSafe
 from writesafe.ledger import ApiKeys, Role
-from writesafe.service import ServiceSettings, create_api_key, create_app
+from writesafe.service import create_api_key
 
 _SCOPE = "bench-tenant"
 _OPERATIONS = 50
 _MAX_LOAD_SECONDS = 40.0  # with the warm-up and /healthz: at most 50 s of traffic
 _WARM_UP = 2_000
-_POOL = 3
-
-
-def _serve(
-    url: str, redis_url: str | None, schema: str, prefix: str, limit: str, port: Queue[int]
-) -> None:
-    """The child process: the service on an ephemeral loopback port (reported on `port`)."""
-
-    async def serve() -> None:
-        logging.basicConfig(level=logging.WARNING)  # the service says why it answered a 503
-        settings = WriteSafeSettings(pool_size=_POOL)  # ≤ 3 × _POOL connections of a shared server
-        async with WriteSafe(
-            url, redis_url, schema=schema, redis_prefix=prefix, settings=settings
-        ) as ws:
-            sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-            sock.bind(("127.0.0.1", 0))
-            app = create_app(ws, ServiceSettings(rate_limits=True, rate_limit_per_key=limit))
-            server = uvicorn.Server(uvicorn.Config(app, log_level="error"))
-            port.put(sock.getsockname()[1])
-            await server.serve(sockets=[sock])
-
-    asyncio.run(serve())
 
 
 async def _seed(ws: WriteSafe, keys: int) -> list[str]:
@@ -120,22 +99,9 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         options: dict[str, Any] = {"schema": iso.schema, "redis_prefix": iso.redis_prefix}
         async with WriteSafe(args.database_url, redis_url, auto_migrate=True, **options) as ws:
             tokens = await _seed(ws, args.keys)
-        context = multiprocessing.get_context("spawn")
-        port: Queue[int] = context.Queue()
-        child = context.Process(
-            target=_serve,
-            args=(
-                args.database_url,
-                redis_url,
-                iso.schema,
-                iso.redis_prefix,
-                args.per_key_limit,
-                port,
-            ),
-        )
-        child.start()
-        try:
-            base_url = f"http://127.0.0.1:{port.get(timeout=60)}"
+        service = {"rate_limits": True, "rate_limit_per_key": args.per_key_limit}
+        async with served(args.database_url, redis_url, iso, service) as child:
+            base_url = child.base_url
             server = psutil.Process(child.pid)
             width = args.concurrency
             await _load(base_url, tokens, path=None, seconds=5.0, limit=_WARM_UP, width=width)
@@ -148,9 +114,6 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             health, health_rate = await _load(
                 base_url, tokens, path="/healthz", seconds=5.0, limit=args.max_requests, width=width
             )
-        finally:
-            child.terminate()
-            child.join(timeout=30)
     expected = {200, 401, 429}
     return {
         "backend": args.backend,
@@ -181,13 +144,35 @@ def _print(report: dict[str, Any]) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--seconds", type=float, default=30.0)
+    parser.add_argument("--seconds", type=float, help="default 30; with --tenants, per phase: 15")
     parser.add_argument("--max-requests", type=int, default=20_000)
     parser.add_argument("--concurrency", type=int, default=8)
     parser.add_argument("--keys", type=int, default=2)
-    parser.add_argument("--per-key-limit", default="10/second")
+    parser.add_argument(
+        "--per-key-limit", help="default 10/second; with --tenants 100000/second (out of the way)"
+    )
     parser.add_argument("--backend", choices=["pg+redis", "pg"], default="pg+redis")
-    run_and_report(parser, run, _print)
+    tenants = parser.add_argument_group("two tenants side by side (--tenants)")
+    tenants.add_argument("--tenants", action="store_true")
+    tenants.add_argument("--heavy-clients", type=int, default=16)
+    tenants.add_argument("--light-clients", type=int, default=4)
+    tenants.add_argument("--work-units", type=int, default=16, help="tenant_work_units")
+    tenants.add_argument("--unbounded", action="store_true", help="every limit off, the bound too")
+    run_and_report(parser, _dispatch, _show)
+
+
+async def _dispatch(args: argparse.Namespace) -> dict[str, Any]:
+    if args.tenants:
+        args.seconds = 15.0 if args.seconds is None else args.seconds
+        args.per_key_limit = args.per_key_limit or "100000/second"
+        return await _two_tenants.run(args)
+    args.seconds = 30.0 if args.seconds is None else args.seconds
+    args.per_key_limit = args.per_key_limit or "10/second"
+    return await run(args)
+
+
+def _show(report: dict[str, Any]) -> None:
+    (_two_tenants.show if "factor_p50" in report else _print)(report)
 
 
 if __name__ == "__main__":
