@@ -67,8 +67,12 @@ class OperationSummary(BaseModel):
     updated_at: datetime
 
     @classmethod
-    def from_record(cls, operation: OperationRecord, codes: CodeRegistry = CODES) -> Self:
-        """`codes` judges the stored envelope (the application's registry, where it has one)."""
+    def from_record(
+        cls, operation: OperationRecord, codes: CodeRegistry = CODES, *, with_result: bool = True
+    ) -> Self:
+        """`codes` judges the stored envelope (the application's registry, where it has one);
+        `with_result` False leaves `result` None, for a caller that sends the stored JSON text
+        as it is (the service's listing: parsing it was most of a large page's cost)."""
         return cls(
             key=operation.key,
             scope=operation.scope,
@@ -77,7 +81,11 @@ class OperationSummary(BaseModel):
             executions=operation.executions,
             max_executions=operation.max_executions,
             attempts_left=attempts_left(operation),
-            result=None if operation.result is None else loads_json(operation.result),
+            result=(
+                loads_json(operation.result)
+                if with_result and operation.result is not None
+                else None
+            ),
             error=_envelope(operation.error, codes, f"{operation.scope}/{operation.key}"),
             lease_expires_at=operation.lease_expires_at,
             created_at=operation.created_at,

@@ -6,7 +6,7 @@ No `from __future__ import annotations`: FastAPI must resolve the routes' local 
 from datetime import datetime, timedelta
 from typing import Annotated
 
-from fastapi import APIRouter, Body, Depends, HTTPException, Path, Query, Request
+from fastapi import APIRouter, Body, Depends, HTTPException, Path, Query, Request, Response
 from fastapi.exceptions import RequestValidationError
 
 from writesafe.idempotency import (
@@ -18,6 +18,7 @@ from writesafe.idempotency import (
     WriteSafeError,
 )
 from writesafe.idempotency._keys import validate_key
+from writesafe.ledger import OperationRecord
 from writesafe.reconciler import OperationSummary
 from writesafe.service._auth import Caller, Principal
 from writesafe.service._context import ServiceContext
@@ -31,6 +32,7 @@ from writesafe.service._models import (
     ResolveSucceeded,
 )
 from writesafe.service._openapi import problems
+from writesafe.service._page_json import page_json
 from writesafe.service._reads import read
 
 KeyPath = Annotated[
@@ -83,9 +85,10 @@ def operations_router(
         request: Request,
         caller: Annotated[Principal, Depends(authenticate)],
         query: Annotated[ListQuery, Query()],
-    ) -> OperationPage:
+    ) -> Response:
         _refuse_repeated(request)
-        return await list_page(ctx, caller.scope, query)
+        rows, next_cursor = await list_rows(ctx, caller.scope, query)
+        return Response(page_json(rows, next_cursor), media_type="application/json")
 
     @router.post(
         "/operations/{key}/resolve",
@@ -128,9 +131,20 @@ def _position(ctx: ServiceContext, cursor: str, scope: str) -> tuple[datetime, i
 
 
 async def list_page(ctx: ServiceContext, scope: str, query: ListQuery) -> OperationPage:
-    """One page of `scope`'s operations matching `query` (the API's listing and the console's)."""
+    """One page of `scope`'s operations matching `query`, as the console shows it."""
+    rows, next_cursor = await list_rows(ctx, scope, query)
+    return OperationPage(
+        items=[OperationSummary.from_record(row) for row in rows], next_cursor=next_cursor
+    )
+
+
+async def list_rows(
+    ctx: ServiceContext, scope: str, query: ListQuery
+) -> tuple[list[OperationRecord], str | None]:
+    """One page of `scope`'s operations matching `query`, and the cursor of the next if any
+    (the API serializes them itself: `_page_json`)."""
     if query.tool is not None and not _usable(query.tool):
-        return OperationPage(items=[], next_cursor=None)  # no tool can have that name
+        return [], None  # no tool can have that name
     after = None if query.cursor is None else _position(ctx, query.cursor, scope)
     await ctx.ws.guard()
     ledger = ctx.ws.ledger
@@ -151,10 +165,7 @@ async def list_page(ctx: ServiceContext, scope: str, query: ListQuery) -> Operat
         ),
     )
     page = rows[: query.limit]
-    return OperationPage(
-        items=[OperationSummary.from_record(row) for row in page],
-        next_cursor=ctx.cursors.seal(page[-1], scope) if len(rows) > query.limit else None,
-    )
+    return page, ctx.cursors.seal(page[-1], scope) if len(rows) > query.limit else None
 
 
 async def resolve(
