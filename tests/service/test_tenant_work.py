@@ -6,7 +6,7 @@ import pytest
 from starlette.requests import Request
 
 from writesafe import WriteSafeError
-from writesafe.service._work import TenantWork, request_cost
+from writesafe.service._work import KNOWN_KEYS, TenantWork, request_cost
 
 
 def _request(query: str) -> Request:
@@ -60,3 +60,27 @@ def test_switched_off_nothing_is_refused() -> None:
     work = TenantWork(units=1, enabled=False)
     with work.slot("a", 11), work.slot("a", 11):
         pass
+
+
+def test_a_key_that_held_a_slot_is_refused_before_its_lookup_while_its_tenant_is_full() -> None:
+    work = TenantWork(units=11)
+    work.refuse_early("hash-a", 11)  # never seen: nothing to go by until its lookup
+    with work.slot("a", 11, "hash-a"):
+        with pytest.raises(WriteSafeError) as refused:
+            work.refuse_early("hash-a", 1)
+        work.refuse_early("hash-b", 1)  # another key, unseen: its lookup decides
+        with work.slot("b", 1, "hash-b"):
+            work.refuse_early("hash-b", 10)  # b has room
+    assert refused.value.envelope.code == "RATE_LIMITED"
+    work.refuse_early("hash-a", 11)  # released: room again
+
+
+def test_the_keys_remembered_are_bounded_oldest_forgotten_first() -> None:
+    work = TenantWork(units=1)
+    for n in range(KNOWN_KEYS + 1):
+        with work.slot(f"scope-{n}", 1, f"hash-{n}"):
+            pass
+    with work.slot("scope-0", 1), work.slot("scope-1", 1):
+        work.refuse_early("hash-0", 1)  # forgotten: left to its lookup and the slot
+        with pytest.raises(WriteSafeError):
+            work.refuse_early("hash-1", 1)

@@ -83,11 +83,12 @@ def create_app(ws: WriteSafe, settings: ServiceSettings | None = None) -> Servic
             Exception: _internal,
         },
     )
-    authenticate = Authenticator(ctx.keys, ws.start, ctx.limits)
+    # What reads or settles a tenant's operations (the API's routes) holds its cost of the
+    # tenant's bound.
+    work = TenantWork(settings.tenant_work_units, enabled=settings.rate_limits)
+    authenticate = Authenticator(ctx.keys, ws.start, ctx.limits, work)
     operator = require_operator(authenticate)
     app.include_router(health_router(ctx, require_admin(authenticate)))
-    # What reads or settles a tenant's operations holds its cost of the tenant's bound.
-    work = TenantWork(settings.tenant_work_units, enabled=settings.rate_limits)
     working_operator = within_tenant_bound(work, operator)
     app.include_router(
         operations_router(ctx, within_tenant_bound(work, authenticate), working_operator)

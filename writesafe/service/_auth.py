@@ -6,7 +6,7 @@ FastAPI must resolve the dependencies' local `Annotated` aliases.)
 """
 
 from collections.abc import AsyncIterator, Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Annotated
 
 from fastapi import Depends, HTTPException, Request, Response, Security
@@ -38,6 +38,7 @@ class Principal:
     name: str
     scope: str
     role: Role
+    credential: str = field(repr=False)  # the key's hash: what `TenantWork` knows it by
 
     @property
     def actor(self) -> str:
@@ -50,15 +51,21 @@ class Authenticator:
     """The FastAPI dependency that turns `Authorization: Bearer …` into a `Principal`.
 
     A key's own budget is spent before its lookup, by what the request costs; the client's
-    budget only when the request proves to have no valid key (`_rate_limits`).
+    budget only when the request proves to have no valid key (`_rate_limits`). An API request
+    whose tenant's bound on work is known to be full is refused before the lookup (`_work`).
     """
 
     def __init__(
-        self, keys: ApiKeys, ready: Callable[[], Awaitable[None]], limits: RateLimits
+        self,
+        keys: ApiKeys,
+        ready: Callable[[], Awaitable[None]],
+        limits: RateLimits,
+        work: TenantWork,
     ) -> None:
         self._keys = keys
         self._ready = ready  # an unmigrated ledger is reported as such, not as a missing table
         self._limits = limits
+        self._work = work
 
     async def __call__(
         self,
@@ -76,7 +83,10 @@ class Authenticator:
         record = None
         if well_formed(token):
             secret_hash = hash_token(token)
-            await self._limits.spend_key(secret_hash, request_cost(request))
+            cost = request_cost(request)
+            await self._limits.spend_key(secret_hash, cost)
+            if _is_api(request):  # the console's pages do not hold the bound (`_app`)
+                self._work.refuse_early(secret_hash, cost)
             await self._ready()
             async with self._limits.lookup_gate(client):
                 record = await read("the API key lookup", lambda: self._keys.active(secret_hash))
@@ -84,11 +94,20 @@ class Authenticator:
             await self._limits.spend_anonymous(client)
             raise HTTPException(401, "the API key is not valid or was revoked", _INVALID)
         return Principal(
-            key_id=record.key_id, name=record.name, scope=record.scope, role=record.role
+            key_id=record.key_id,
+            name=record.name,
+            scope=record.scope,
+            role=record.role,
+            credential=secret_hash,
         )
 
 
 _ADMITTED = "writesafe.principal"
+
+
+def _is_api(request: Request) -> bool:
+    """Whether `request` is the API's (`/v1/…`): what holds its tenant's bound on work."""
+    return request.url.path.startswith("/v1/")
 
 
 def admission(authenticate: Authenticator) -> Admission:
@@ -96,7 +115,7 @@ def admission(authenticate: Authenticator) -> Admission:
     (401, 429) is answered at once, a `Principal` kept for the route's own dependency."""
 
     async def admit(request: Request) -> Response | None:
-        if not request.url.path.startswith("/v1/"):
+        if not _is_api(request):
             return None  # the console's forms carry their key or session in the body or a cookie
         try:
             request.scope[_ADMITTED] = await authenticate(request, await bearer(request))
@@ -143,7 +162,7 @@ def within_tenant_bound(work: TenantWork, caller: Callable[..., Awaitable[Princi
     async def working(
         request: Request, principal: Annotated[Principal, Depends(caller)]
     ) -> AsyncIterator[Principal]:
-        with work.slot(principal.scope, request_cost(request)):
+        with work.slot(principal.scope, request_cost(request), principal.credential):
             yield principal
 
     return working
