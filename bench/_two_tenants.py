@@ -4,20 +4,24 @@ flood of 500-row listings, and the factor between the two.
 Tenant B (the light one) reads statuses by key from `--light-clients` connections; a probe reads
 `/healthz` (no database, no key) every 20 ms. Each runs for `--seconds` alone, then as long again
 while tenant A (the heavy one) asks for 500-row pages (about 1 MB each) from `--heavy-clients`
-connections, each asking again as soon as it is answered, 429s included (a client that ignores
-`Retry-After`: the worst case the bound must hold against). The per-key rate limit is raised by
-default (`--per-key-limit`), so that what holds A back is its bound on work in flight
-(`--work-units`); `--unbounded` switches every limit off, the bound included.
+connections of another process, each asking again as soon as it is answered, 429s included (a
+client that ignores `Retry-After`: the worst case the bound must hold against). The per-key
+rate limit is raised by default (`--per-key-limit`), so that what holds A back is its bound on
+work in flight (`--work-units`); `--unbounded` switches every limit off, the bound included.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import multiprocessing
 import statistics
 import time
 from collections import Counter
 from dataclasses import dataclass, field
+from multiprocessing.process import BaseProcess
+from multiprocessing.queues import Queue
+from multiprocessing.synchronize import Event as EventType
 from typing import Any
 
 import httpx
@@ -88,6 +92,7 @@ async def _phase(
 ) -> Phase:
     """B's reads and the probe for `seconds`; beside A's listings when `heavy` is given."""
     seen = Phase()
+    flood = None if heavy is None else await _flooding(base_url, heavy, args.heavy_clients, seconds)
     deadline = time.monotonic() + seconds
 
     async def light_reads(client: httpx.AsyncClient, first: int) -> None:
@@ -108,28 +113,68 @@ async def _phase(
                 seen.health.append(time.perf_counter() - began)
             await asyncio.sleep(_PROBE_EVERY)
 
-    async def listings(client: httpx.AsyncClient) -> None:
-        while time.monotonic() < deadline:
-            response = await client.get("/v1/operations", params={"limit": _PAGE})
-            seen.heavy_statuses[response.status_code] += 1
-
-    def client(token: str | None, width: int) -> httpx.AsyncClient:
-        headers = {} if token is None else {"Authorization": f"Bearer {token}"}
-        limits = httpx.Limits(max_connections=width, max_keepalive_connections=width)
-        return httpx.AsyncClient(base_url=base_url, headers=headers, limits=limits, timeout=60)
-
     began = time.perf_counter()
-    async with (
-        client(light, args.light_clients) as b,
-        client(None, 1) as health,
-        client(heavy, args.heavy_clients) as a,
-    ):
-        work = [light_reads(b, n) for n in range(args.light_clients)] + [probe(health)]
-        if heavy is not None:
-            work += [listings(a) for _ in range(args.heavy_clients)]
-        await asyncio.gather(*work)
+    async with _client(base_url, light, args.light_clients) as b, _client(base_url, None, 1) as h:
+        await asyncio.gather(*(light_reads(b, n) for n in range(args.light_clients)), probe(h))
+    if flood is not None:
+        seen.heavy_statuses = await asyncio.to_thread(_flooded, *flood)
     seen.seconds = time.perf_counter() - began
     return seen
+
+
+def _client(base_url: str, token: str | None, width: int) -> httpx.AsyncClient:
+    headers = {} if token is None else {"Authorization": f"Bearer {token}"}
+    limits = httpx.Limits(max_connections=width, max_keepalive_connections=width)
+    return httpx.AsyncClient(base_url=base_url, headers=headers, limits=limits, timeout=60)
+
+
+_Flood = tuple[BaseProcess, "Queue[dict[int, int]]"]
+
+
+async def _flooding(base_url: str, token: str, clients: int, seconds: float) -> _Flood:
+    """A's listings, from a process of their own (once they start): reading A's megabyte pages
+    would otherwise slow the loop that times B's answers, and B's figures would be the client's."""
+    context = multiprocessing.get_context("spawn")
+    statuses: Queue[dict[int, int]] = context.Queue()
+    ready = context.Event()
+    process = context.Process(
+        target=_flood, args=(base_url, token, clients, seconds, ready, statuses)
+    )
+    process.start()
+    await asyncio.to_thread(ready.wait, 60)
+    return process, statuses
+
+
+def _flooded(process: BaseProcess, statuses: Queue[dict[int, int]]) -> Counter[int]:
+    seen = Counter(statuses.get(timeout=120))
+    process.join(timeout=30)
+    return seen
+
+
+def _flood(
+    base_url: str,
+    token: str,
+    clients: int,
+    seconds: float,
+    ready: EventType,
+    out: Queue[dict[int, int]],
+) -> None:
+    """The flood's process: `clients` connections asking for 500-row pages for `seconds`."""
+    seen: Counter[int] = Counter()
+
+    async def listings(client: httpx.AsyncClient, deadline: float) -> None:
+        while time.monotonic() < deadline:
+            response = await client.get("/v1/operations", params={"limit": _PAGE})
+            seen[response.status_code] += 1
+
+    async def flood() -> None:
+        ready.set()
+        deadline = time.monotonic() + seconds
+        async with _client(base_url, token, clients) as a:
+            await asyncio.gather(*(listings(a, deadline) for _ in range(clients)))
+
+    asyncio.run(flood())
+    out.put(dict(seen))
 
 
 async def run(args: argparse.Namespace) -> dict[str, Any]:
