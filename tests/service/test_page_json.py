@@ -1,4 +1,5 @@
-"""A listing's page, made from the results' stored JSON text, is the JSON its model would make."""
+"""A listing's page, made from the results' stored JSON text and streamed when large, is the JSON
+its model would make."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from tests.service.support import Service, on_the_module_loop, seed
 from writesafe.ledger import Role
 from writesafe.reconciler import OperationSummary
 from writesafe.service._models import OperationPage
+from writesafe.service._page_json import ROWS_PER_SLICE
 
 # Results a model's serializer and the ledger's canonical JSON might spell differently.
 _RESULTS: list[Any] = [
@@ -43,3 +45,26 @@ async def test_a_page_is_what_its_model_serializes(service: Service) -> None:
             next_cursor=next_cursor,
         )
         assert answer.json() == page.model_dump(mode="json")
+
+
+@on_the_module_loop
+async def test_a_page_larger_than_a_slice_is_streamed_and_the_same_json(service: Service) -> None:
+    ws, scope = service.ws, service.scopes[0]
+
+    @ws.tool(f"orders-{scope}")
+    async def order(n: int) -> dict[str, Any]:
+        return {"order": n, "lines": [{"sku": f"S{n}-{i}", "qty": i} for i in range(3)]}
+
+    count = ROWS_PER_SLICE * 2 + 1  # two slices and one row
+    for n in range(count):
+        await order(n, idempotency_key=f"order-{n}", scope=scope)
+    async with service.as_(scope, Role.READER) as reader:
+        answer = await reader.get("/v1/operations", params={"limit": 500})
+    assert answer.status_code == 200
+    assert "content-length" not in answer.headers  # streamed
+    rows = await ws.ledger.list(scope=scope, limit=500)
+    assert len(rows) == count
+    page = OperationPage(
+        items=[OperationSummary.from_record(row) for row in rows], next_cursor=None
+    )
+    assert answer.json() == page.model_dump(mode="json")

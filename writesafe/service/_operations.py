@@ -32,7 +32,7 @@ from writesafe.service._models import (
     ResolveSucceeded,
 )
 from writesafe.service._openapi import problems
-from writesafe.service._page_json import page_json
+from writesafe.service._page_json import page_response
 from writesafe.service._reads import read
 
 KeyPath = Annotated[
@@ -88,7 +88,7 @@ def operations_router(
     ) -> Response:
         _refuse_repeated(request)
         rows, next_cursor = await list_rows(ctx, caller.scope, query)
-        return Response(page_json(rows, next_cursor), media_type="application/json")
+        return page_response(rows, next_cursor)
 
     @router.post(
         "/operations/{key}/resolve",
