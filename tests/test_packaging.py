@@ -5,6 +5,7 @@ ships; a user's code type-checks under `mypy --strict` from the README's install
 from __future__ import annotations
 
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -197,6 +198,26 @@ async def main() -> str:
 """
 
 
+# What a user gets wrong: each line is the one error mypy must report there (`# error: CODE`).
+USER_MISTAKES = """
+from writesafe import WriteSafe
+
+ws = WriteSafe()
+
+
+@ws.tool("submit_order")
+async def submit_order(order: dict[str, str], quantity: int) -> dict[str, str]:
+    return order
+
+
+async def main() -> None:
+    await submit_order.key("ord-7")({"sku": "A1"}, "two")  # error: arg-type
+    await submit_order.key("ord-7", scop="tenant-a")({"sku": "A1"}, 2)  # error: call-arg
+    await submit_order.key("ord-7")({"sku": "A1"})  # error: call-arg
+    await submit_order({"sku": "A1"}, 2, idempotency_kay="ord-7")  # error: call-arg
+"""
+
+
 def strict_mypy(python: Path, module: Path, cache: Path) -> subprocess.CompletedProcess[str]:
     """`mypy --strict` on `module` as its own project, finding writesafe where `python` does:
     no MYPYPATH, no checkout on the path, so only an install mypy can follow passes."""
@@ -219,6 +240,24 @@ def test_a_user_snippet_passes_strict_mypy_under_the_readme_install(tmp_path: Pa
     # The checkout's cache is kept between runs: the packages it checks are at the same paths.
     done = strict_mypy(Path(sys.executable), snippet, ROOT / ".mypy_cache" / "user-snippet")
     assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_a_wrong_payload_and_a_misspelt_option_are_type_errors(tmp_path: Path) -> None:
+    snippet = tmp_path / "user_mistakes.py"
+    snippet.write_text(USER_MISTAKES)
+    done = strict_mypy(Path(sys.executable), snippet, ROOT / ".mypy_cache" / "user-snippet")
+    expected = {
+        (number, line.rsplit("# error: ", 1)[1])
+        for number, line in enumerate(USER_MISTAKES.splitlines(), start=1)
+        if "# error: " in line
+    }
+    reported = {
+        (int(found[1]), found[2])
+        for found in re.finditer(
+            r"user_mistakes\.py:(\d+): error: .*\[([a-z-]+)\]$", done.stdout, re.M
+        )
+    }
+    assert reported == expected, done.stdout + done.stderr
 
 
 # The sdist's wheel holds the same files (the first test): mypy runs once, on the wheel's install.
