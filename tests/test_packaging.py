@@ -6,12 +6,9 @@ from __future__ import annotations
 
 import os
 import re
-import signal
-import socket
 import subprocess
 import sys
 import tarfile
-import time
 import zipfile
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -19,6 +16,8 @@ from pathlib import Path
 
 import httpx
 import pytest
+
+from tests.loopback import serving
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -119,42 +118,13 @@ async def submit_order(order: dict[str, str]) -> dict[str, str]:
 """
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 @pytest.fixture
 def served(installed: Path, tmp_path: Path) -> Iterator[str]:
     """`writesafe serve shop:ws` from the venv on a free port, its app in a directory of its own."""
     (tmp_path / "shop.py").write_text(APP.format(db=tmp_path / "ledger.db"))
-    port = free_port()
-    command = [str(installed / "bin" / "writesafe"), "serve", "shop:ws", "--port", str(port)]
-    process = subprocess.Popen(
-        command,
-        cwd=tmp_path,
-        env=outside_env(),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    base = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 60
-        while True:
-            assert process.poll() is None, process.communicate()
-            try:
-                if httpx.get(f"{base}/healthz").status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            assert time.monotonic() < deadline, "writesafe serve did not start"
-            time.sleep(0.1)
+    command = [str(installed / "bin" / "writesafe"), "serve", "shop:ws"]
+    with serving(command, cwd=tmp_path, env=outside_env()) as base:
         yield base
-    finally:
-        process.send_signal(signal.SIGTERM)
-        assert process.wait(timeout=30) == 0, process.communicate()
 
 
 def test_the_installed_service_serves_the_console_and_its_openapi(served: str) -> None:
