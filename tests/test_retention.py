@@ -138,6 +138,7 @@ async def test_a_pruned_key_is_a_new_operation(make_ws: MakeWriteSafe) -> None:
     pruned_at = await ws.expired("k")
     assert pruned_at is not None
     assert abs(pruned_at - await ws.ledger.now()) < timedelta(hours=1)
+    assert await asyncio.to_thread(ws.sync.expired, "k") == pruned_at  # the blocking face too
     assert await ws.expired("never") is None
     assert await ws.expired("later") is None
 
