@@ -7,7 +7,8 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from writesafe.idempotency._results import DEFAULT_MAX_RESULT_BYTES
 from writesafe.idempotency._store_answers import DEFAULT_MAX_CACHED_BYTES
-from writesafe.ledger import DEFAULT_DATABASE_URL, DEFAULT_TOMBSTONE_RETENTION
+from writesafe.ledger import DEFAULT_DATABASE_URL
+from writesafe.ledger._retention import DEFAULT_TOMBSTONE_RETENTION
 
 
 class SettingsRefused(ValueError):

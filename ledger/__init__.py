@@ -40,7 +40,6 @@ from writesafe.ledger._restore import (
 )
 from writesafe.ledger._retention import (
     DEFAULT_BATCH_SIZE,
-    DEFAULT_TOMBSTONE_RETENTION,
     FINAL_STATES,
     PruneReport,
     expired_at,
@@ -57,7 +56,6 @@ from writesafe.ledger._writer import Claim
 __all__ = [
     "DEFAULT_BATCH_SIZE",
     "DEFAULT_DATABASE_URL",
-    "DEFAULT_TOMBSTONE_RETENTION",
     "FINAL_STATES",
     "LATE_SEND",
     "LEASE_EXPIRED",

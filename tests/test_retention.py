@@ -25,8 +25,8 @@ from tests.conftest import MakeWriteSafe, run_sync
 from writesafe import WriteSafe, WriteSafeSettings
 from writesafe.cli import app
 from writesafe.idempotency._settings import SettingsRefused
-from writesafe.ledger import DEFAULT_TOMBSTONE_RETENTION, Intent, Outcome, Status, prune
-from writesafe.ledger._retention import pruned_keys
+from writesafe.ledger import Intent, Outcome, Status, prune
+from writesafe.ledger._retention import DEFAULT_TOMBSTONE_RETENTION, pruned_keys
 from writesafe.ledger._writer import attempts, operations
 from writesafe.reconciler._retention_bound import retention_refusal
 
