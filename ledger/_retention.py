@@ -58,7 +58,6 @@ DEFAULT_TOMBSTONE_RETENTION = timedelta(days=7)
 within a week of the retention (a long weekend's outage, a queue that redelivers late) is told
 its key expired, for about the storage of one day's operations at the default retention
 (docs/operations.md)."""
-"""Operations deleted per transaction: small enough that no guarded call waits long for a lock."""
 
 _SQLITE_REST = 3.0
 """SQLite's rest between batches, in multiples of the last batch's time: pruning is upkeep, and
