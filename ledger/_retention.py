@@ -51,7 +51,8 @@ FINAL_STATES = (Status.SUCCEEDED, Status.FAILED)
 """The states an operation may be pruned in."""
 
 DEFAULT_BATCH_SIZE = 500
-"""Operations deleted per transaction: small enough that no guarded call waits long for a lock."""
+"""Operations (or tombstones) deleted per transaction: small enough that no guarded call waits long
+for a lock."""
 
 DEFAULT_TOMBSTONE_RETENTION = timedelta(days=7)
 """How long a pruned key says "expired" before it is "never seen" again: a caller that comes back

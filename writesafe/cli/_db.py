@@ -95,7 +95,8 @@ OlderThanOption = Annotated[
     ),
 ]
 BatchOption = Annotated[
-    int, typer.Option("--batch-size", min=1, help="Operations deleted per transaction.")
+    int,
+    typer.Option("--batch-size", min=1, help="Operations (or tombstones) deleted per transaction."),
 ]
 
 
