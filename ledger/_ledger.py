@@ -16,6 +16,7 @@ import builtins
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 from sqlalchemy import (
@@ -44,7 +45,7 @@ from writesafe.ledger._engine import (
     is_sqlite,
     postgres_connect_options,
     reader,
-    sqlite_path,
+    sqlite_file,
 )
 from writesafe.ledger._lease_watch import LeaseWatch
 from writesafe.ledger._migrations import ensure_current, upgrade
@@ -151,7 +152,7 @@ class Ledger:
         engine = create_engine(url, schema=schema, connect_timeout=connect_timeout, budget=budget)
         writer: Writer
         if is_sqlite(engine):
-            writer = SqliteWriter(sqlite_path(url))
+            writer = SqliteWriter(sqlite_file(url))
         else:
             options = postgres_connect_options(url, connect_timeout=connect_timeout)
             writer = PostgresWriter(options, schema, budget)
@@ -160,6 +161,12 @@ class Ledger:
     @property
     def is_sqlite(self) -> bool:
         return is_sqlite(self.engine)
+
+    @property
+    def file(self) -> Path | None:
+        """The SQLite ledger's file, absolute (beside it: its restore mark, the reconciler's
+        lock, the WAL); None for a server's."""
+        return self.writer.file
 
     async def migrate(self) -> None:
         """Bring the schema to the newest migration."""

@@ -132,6 +132,10 @@ class PostgresWriter:
     def peek(self, scope: str, key: str) -> OperationRecord | None:
         return None  # every read is a round trip: the claim reads the row it conflicts with
 
+    @property
+    def file(self) -> None:
+        return None  # a server's
+
     async def change(self, change: Change) -> OperationRecord | None:
         closes = change.closes
         shape = _ChangeShape(

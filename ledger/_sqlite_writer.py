@@ -32,6 +32,7 @@ import json
 import sqlite3
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, TypeVar
 
 from sqlalchemy import ClauseElement, bindparam, func, insert, select, update
@@ -137,8 +138,8 @@ _RENEW = SqliteStatement.of(
 class SqliteWriter:
     """The `Writer` for the embedded ledger: one thread hop per write, none for a taken key."""
 
-    def __init__(self, path: str) -> None:
-        self._path = path
+    def __init__(self, file: Path) -> None:
+        self.file = file
         self._thread = CallThread("writesafe-sqlite")  # started by a write, ended by close
         self._connection: sqlite3.Connection | None = None  # the writer thread's
         # With `serve_blocking_callers`: the event loop's own connection, which never waits for
@@ -234,7 +235,7 @@ class SqliteWriter:
         try:
             reader = self._readers.pop()
         except IndexError:
-            reader = connect_sqlite(self._path, check_same_thread=False)
+            reader = connect_sqlite(self.file, check_same_thread=False)
             reader.execute("PRAGMA busy_timeout=0")
         try:
             found = _fetch(reader.cursor(), scope, key)
@@ -264,7 +265,7 @@ class SqliteWriter:
         lock is taken (its `busy_timeout` is 0: the loop never waits for it)."""
         with _ledger_errors():
             if self._on_loop is None:
-                self._on_loop = connect_sqlite(self._path, check_same_thread=False)
+                self._on_loop = connect_sqlite(self.file, check_same_thread=False)
                 self._on_loop.execute("PRAGMA busy_timeout=0")
             cursor = self._on_loop.cursor()
             try:
@@ -343,7 +344,7 @@ class SqliteWriter:
 
     def _cursor(self) -> sqlite3.Cursor:
         if self._connection is None:
-            self._connection = connect_sqlite(self._path)
+            self._connection = connect_sqlite(self.file)
         return self._connection.cursor()
 
     def _begin(self, cursor: sqlite3.Cursor, durable: bool) -> None:

@@ -16,6 +16,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from functools import cache
+from pathlib import Path
 from typing import Any, Protocol, cast
 
 from sqlalchemy import (
@@ -138,7 +139,12 @@ class Change:
 
 
 class Writer(Protocol):
-    """The guard's hot ledger writes; each is atomic."""
+    """The guard's hot ledger writes; each is atomic. What differs between the backends beyond
+    them, the writer answers too: `Ledger` asks it, never which backend it is."""
+
+    @property
+    def file(self) -> Path | None:
+        """The database's file, absolute (`_engine.sqlite_file`); None for a server's."""
 
     async def claim(self, row: dict[str, Any]) -> Claim | None:
         """Insert `row` as a new operation with its first execution attempt. When `(scope, key)`
