@@ -289,7 +289,3 @@ def reader(engine: AsyncEngine) -> AsyncEngine:
     the write lock for as long as it lasts. No write goes through it: a deferred transaction that
     turns to writing may fail with SQLITE_BUSY instead of waiting for the lock."""
     return engine.execution_options(**{_READ_ONLY: True})
-
-
-def is_sqlite(engine: AsyncEngine) -> bool:
-    return engine.dialect.name == "sqlite"

@@ -21,7 +21,6 @@ from typing import Any
 
 from sqlalchemy import (
     ColumnElement,
-    Integer,
     Select,
     and_,
     column,
@@ -38,21 +37,13 @@ from sqlalchemy import cast as sql_cast
 from sqlalchemy.engine import URL
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
+from writesafe.ledger._backend import open_backend
 from writesafe.ledger._clock import Clock, SystemClock, store_time
-from writesafe.ledger._engine import (
-    ConnectionBudget,
-    create_engine,
-    is_sqlite,
-    postgres_connect_options,
-    reader,
-    sqlite_file,
-)
+from writesafe.ledger._engine import ConnectionBudget, reader
 from writesafe.ledger._lease_watch import LeaseWatch
 from writesafe.ledger._migrations import ensure_current, upgrade
 from writesafe.ledger._models import status_in
-from writesafe.ledger._pg_writer import PostgresWriter
 from writesafe.ledger._records import AttemptKind, AttemptRecord, OperationRecord
-from writesafe.ledger._sqlite_writer import SqliteWriter
 from writesafe.ledger._states import Status, check_transition
 from writesafe.ledger._superseded import close_executions, close_settled, close_taken_over
 from writesafe.ledger._writer import (
@@ -132,7 +123,9 @@ class Ledger:
         self.writer = writer
         self.clock: Clock = clock or SystemClock()
         # True: time is the server's `now()`. SQLite has no server clock; a given clock wins.
-        self.server_clock = clock is None and not is_sqlite(engine)
+        self.server_clock = clock is None and writer.shared_clock
+        # Without a clock the store shares, leases are judged by watching them.
+        self._watches = not writer.shared_clock
         # On SQLite, how long the writers' leases last: a lease seen unchanged that long ran out.
         self._watch = LeaseWatch(self.clock, lease_seconds)
 
@@ -149,24 +142,21 @@ class Ledger:
     ) -> Ledger:
         """The ledger at `url`; on PostgreSQL its engine and its writer share `budget`."""
         budget = budget or ConnectionBudget()
-        engine = create_engine(url, schema=schema, connect_timeout=connect_timeout, budget=budget)
-        writer: Writer
-        if is_sqlite(engine):
-            writer = SqliteWriter(sqlite_file(url))
-        else:
-            options = postgres_connect_options(url, connect_timeout=connect_timeout)
-            writer = PostgresWriter(options, schema, budget)
+        engine, writer = open_backend(
+            url, schema=schema, connect_timeout=connect_timeout, budget=budget
+        )
         return cls(engine, writer, clock, lease_seconds=lease_seconds)
-
-    @property
-    def is_sqlite(self) -> bool:
-        return is_sqlite(self.engine)
 
     @property
     def file(self) -> Path | None:
         """The SQLite ledger's file, absolute (beside it: its restore mark, the reconciler's
         lock, the WAL); None for a server's."""
         return self.writer.file
+
+    @property
+    def reads_locally(self) -> bool:
+        """A key's row can be read without a round trip, off the event loop (`peek`)."""
+        return self.writer.in_process
 
     async def migrate(self) -> None:
         """Bring the schema to the newest migration."""
@@ -185,8 +175,7 @@ class Ledger:
         thread), `alone()` while it serves one: the embedded writer may then write on the loop's
         thread (`ledger._sqlite_writer`). PostgreSQL's writes are a round trip on the loop
         already."""
-        if isinstance(self.writer, SqliteWriter):
-            self.writer.serve_blocking_callers(alone)
+        self.writer.serve_blocking_callers(alone)
 
     async def forget_loop(self) -> None:
         """Drop the connections opened on an event loop this process has left, and open new ones
@@ -195,7 +184,7 @@ class Ledger:
         server ends each session when its socket is collected); SQLite's close from any loop.
         """
         self.writer.forget_loop()
-        await self.engine.dispose(close=self.is_sqlite)
+        await self.engine.dispose(close=self.writer.in_process)
 
     # -- reads ---------------------------------------------------------------------------
 
@@ -277,13 +266,7 @@ class Ledger:
         """`(hour, status, count)` of `scope`'s operations last changed since `since`, by the UTC
         hour of that change: a picture of the ledger over time, served by the scope index."""
         updated = operations.c.updated_at
-        # The hour as whole hours since the epoch, whatever the session's time zone (SQLite
-        # keeps microseconds since the epoch; PostgreSQL's epoch is fractional).
-        hour = (
-            sql_cast(updated, Integer) // 3_600_000_000
-            if self.is_sqlite
-            else func.floor(func.extract("epoch", updated) / 3600)
-        ).label("hour")
+        hour = self.writer.hours(updated).label("hour")
         query = (
             select(hour, operations.c.status, func.count())
             .where(
@@ -447,7 +430,7 @@ class Ledger:
             raise ValueError("only an in_flight operation can be expired")
         check_transition(current.status, Status.OUTCOME_UNKNOWN)
         lease = operations.c.lease_expires_at
-        if self.is_sqlite:
+        if self._watches:
             left = self._watch.seconds_left(current)
             if left > 0:
                 return LeaseHeld(left)
@@ -479,7 +462,7 @@ class Ledger:
                 self._watch.forget(current.id)
                 await close_taken_over(conn, [current.id], now, LEASE_EXPIRED)
                 return OperationRecord.from_row(row)
-            if self.is_sqlite:
+            if self._watches:
                 return None
             held = select(operations.c.version, lease - self._now_sql()).where(
                 operations.c.id == current.id, operations.c.status == Status.IN_FLIGHT.value
@@ -545,7 +528,7 @@ class Ledger:
         check_transition(Status.IN_FLIGHT, Status.OUTCOME_UNKNOWN)
         now = self._now_sql()
         sent_before = self._now_sql(-older_than) if older_than > 0 else None
-        if self.is_sqlite:
+        if self._watches:
             # Look before taking the write lock: a pass that finds nothing (a worker's every
             # pass while all is well) would hold up the guarded writes for nothing.
             async with self._reads.connect() as conn:
@@ -558,7 +541,7 @@ class Ledger:
         async with self.engine.begin() as conn:
             crashed: Select[Any] | builtins.list[int]
             watching: float | None = None
-            if self.is_sqlite:
+            if self._watches:
                 crashed, watching = await self._watched_run_out(
                     conn, limit, tools, sent_before, scope
                 )
@@ -626,7 +609,7 @@ class Ledger:
         crashed lease it had at its start, not only its first batch (`claim_due` looks at one
         batch at a time). Read a page at a time, so memory stays bounded; the watch keeps at most
         `_lease_watch._WATCHED` sightings. PostgreSQL judges leases on its clock: None."""
-        if not self.is_sqlite:
+        if not self._watches:
             return None
         sent_before = self._now_sql(-older_than) if older_than > 0 else None
         longest = 0.0  # every pending time is > 0
@@ -720,9 +703,9 @@ class Ledger:
         rows: list[OperationRecord | None] = []
         async with self.engine.begin() as conn:
             now = await self.now_in(conn)
-            if len(settlements) > 1 and not self.is_sqlite:
+            if len(settlements) > 1 and not self.writer.in_process:
                 rows = await _compare_and_set_many(conn, settlements, now)
-            else:  # SQLite statements are in-process calls: one per row costs nothing much
+            else:  # in-process statements are calls: one per row costs nothing much
                 for settlement in settlements:
                     rows.append(
                         await compare_and_set(conn, settlement.current, settlement.changes(), now)

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any, TypeVar
 
 import asyncpg
@@ -21,6 +22,7 @@ from sqlalchemy import (
     CTE,
     BindParameter,
     ClauseElement,
+    ColumnElement,
     Select,
     any_,
     bindparam,
@@ -135,6 +137,15 @@ class PostgresWriter:
     @property
     def file(self) -> None:
         return None  # a server's
+
+    in_process = False
+    shared_clock = True
+
+    def hours(self, column: ColumnElement[datetime]) -> ColumnElement[Any]:
+        return func.floor(func.extract("epoch", column) / 3600)  # PostgreSQL's epoch is fractional
+
+    def serve_blocking_callers(self, alone: Callable[[], bool]) -> None:
+        """Nothing to do: each write is a round trip on the loop already."""
 
     async def change(self, change: Change) -> OperationRecord | None:
         closes = change.closes

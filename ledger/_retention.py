@@ -110,7 +110,9 @@ async def prune(
         # Let the guarded calls queued behind the batch go first; on SQLite, rest three times as
         # long as the batch took: a writer in another process, whose busy wait looks for the lock
         # at growing intervals, then finds it free three times in four.
-        await asyncio.sleep(_SQLITE_REST * (time.perf_counter() - began) if ledger.is_sqlite else 0)
+        await asyncio.sleep(
+            _SQLITE_REST * (time.perf_counter() - began) if ledger.file is not None else 0
+        )
     return dataclasses.replace(total, seconds=time.perf_counter() - started)
 
 

@@ -32,10 +32,21 @@ import json
 import sqlite3
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
 from typing import Any, TypeVar
 
-from sqlalchemy import ClauseElement, bindparam, func, insert, select, update
+from sqlalchemy import (
+    ClauseElement,
+    ColumnElement,
+    Integer,
+    bindparam,
+    func,
+    insert,
+    select,
+    update,
+)
+from sqlalchemy import cast as sql_cast
 from sqlalchemy.dialects import sqlite
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.sql.compiler import SQLCompiler
@@ -206,6 +217,12 @@ class SqliteWriter:
 
     def forget_loop(self) -> None:
         """Nothing to drop: the writer's thread serves whichever event loop awaits it."""
+
+    in_process = True
+    shared_clock = False
+
+    def hours(self, column: ColumnElement[datetime]) -> ColumnElement[Any]:
+        return sql_cast(column, Integer) // 3_600_000_000  # kept as microseconds since the epoch
 
     async def transaction(self, write: Callable[[sqlite3.Cursor], T]) -> T:
         """Run `write` as one lazy transaction on the writer's thread, in turn with the guarded

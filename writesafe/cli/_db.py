@@ -42,7 +42,7 @@ def upgrade(
 
     async def migrate(ws: WriteSafe) -> None:
         name = ws.settings.db_schema
-        if name and not ws.ledger.is_sqlite:
+        if name and ws.ledger.file is None:
             async with ws.ledger.engine.begin() as connection:
                 await connection.execute(CreateSchema(name, if_not_exists=True))
         await ws.ledger.migrate()
