@@ -36,12 +36,14 @@ from sqlalchemy import (
 from sqlalchemy import cast as sql_cast
 from sqlalchemy.engine import URL
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+from sqlalchemy.schema import CreateSchema
 
+from writesafe.ledger._api_keys import ApiKeys
 from writesafe.ledger._backend import open_backend
 from writesafe.ledger._clock import Clock, SystemClock, store_time
 from writesafe.ledger._engine import ConnectionBudget, reader
 from writesafe.ledger._lease_watch import LeaseWatch
-from writesafe.ledger._migrations import ensure_current, upgrade
+from writesafe.ledger._migrations import current_revision, downgrade, ensure_current, upgrade
 from writesafe.ledger._models import status_in
 from writesafe.ledger._records import AttemptKind, AttemptRecord, OperationRecord
 from writesafe.ledger._states import Status, check_transition
@@ -158,9 +160,31 @@ class Ledger:
         """A key's row can be read without a round trip, off the event loop (`peek`)."""
         return self.writer.in_process
 
+    @property
+    def shown_url(self) -> str:
+        """The ledger's URL with its password hidden: for messages."""
+        return self.engine.url.render_as_string(hide_password=True)
+
+    def api_keys(self) -> ApiKeys:
+        """The service's API keys, kept in this ledger and timed on its clock."""
+        return ApiKeys(self.engine, self.clock)
+
+    async def create_schema(self, name: str) -> None:
+        """Create the PostgreSQL schema `name` unless it exists (before the first `migrate`)."""
+        async with self.engine.begin() as connection:
+            await connection.execute(CreateSchema(name, if_not_exists=True))
+
     async def migrate(self) -> None:
         """Bring the schema to the newest migration."""
         await upgrade(self.engine)
+
+    async def downgrade(self, revision: str) -> None:
+        """Undo migrations down to `revision` (`base`: all of them)."""
+        await downgrade(self.engine, revision)
+
+    async def revision(self) -> str | None:
+        """The schema's migration revision; None before the first."""
+        return await current_revision(self.engine)
 
     async def check_schema(self) -> None:
         """Raise `LedgerNotMigrated` unless the schema is current."""

@@ -6,6 +6,8 @@ lock and the CLI all find the same absolute path, however the URL spelt it.
 
 from __future__ import annotations
 
+import ast
+import os
 from datetime import timedelta
 from pathlib import Path
 
@@ -39,3 +41,48 @@ def test_a_server_ledger_has_no_file(pg_schema: str) -> None:
     assert ledger.file is None
     assert _single_worker_lock(ledger) is None
     assert _file_marks(ledger) == []
+
+
+ROOT = Path(__file__).resolve().parent.parent
+BACKEND_NAMES = {"SqliteWriter", "PostgresWriter", "is_sqlite"}
+LEDGER_JOBS = ("_ledger.py",)
+
+
+def _modules(*directories: str) -> list[Path]:
+    """The .py files under `directories` (os.walk does not follow writesafe/'s package links)."""
+    found = []
+    for directory in directories:
+        for base, _, names in os.walk(ROOT / directory):
+            found += [Path(base) / name for name in names if name.endswith(".py")]
+    return found
+
+
+def _attributes(path: Path) -> list[tuple[str, str, int]]:
+    """`(object, attribute, line)` of each `x.y` in `path`, `object` as written (`ws.ledger`)."""
+    return [
+        (ast.unparse(node.value), node.attr, node.lineno)
+        for node in ast.walk(ast.parse(path.read_text()))
+        if isinstance(node, ast.Attribute)
+    ]
+
+
+def test_the_layers_above_ask_the_ledger_not_its_engine() -> None:
+    found = [
+        f"{path.relative_to(ROOT)}:{line}: {owner}.{name}"
+        for path in _modules("idempotency", "reconciler", "writesafe")
+        for owner, name, line in _attributes(path)
+        if owner.split(".")[-1] == "ledger" and name in {"engine", "is_sqlite", "writer"}
+    ]
+    assert found == []
+
+
+def test_the_ledger_never_asks_which_backend_it_has() -> None:
+    """Only `_backend` chooses one; the ledger's jobs ask its writer what differs."""
+    found = [
+        f"{name}: {used}"
+        for name in LEDGER_JOBS
+        for node in ast.walk(ast.parse((ROOT / "ledger" / name).read_text()))
+        if isinstance(node, ast.Name | ast.alias)
+        and (used := node.id if isinstance(node, ast.Name) else node.name) in BACKEND_NAMES
+    ]
+    assert found == []

@@ -101,4 +101,4 @@ def first_line(error: BaseException) -> str:
 
 
 def _url(ws: WriteSafe) -> str:
-    return ws.ledger.engine.url.render_as_string(hide_password=True)
+    return ws.ledger.shown_url
