@@ -146,11 +146,7 @@ def _in_flight(
     query = select(operations).where(
         operations.c.status == Status.IN_FLIGHT.value, operations.c.tool.in_(tools)
     )
-    if sent_before is not None:
-        query = query.where(operations.c.last_sent_at <= sent_before)
-    if scope is not None:
-        query = query.where(operations.c.scope == scope)
-    return query
+    return _narrowed(query, sent_before, scope)
 
 
 def _due_query(
@@ -161,10 +157,15 @@ def _due_query(
     scope: str | None,
 ) -> Select[Any]:
     query = select(operations.c.id).where(
-        status_in([due.status]),
-        due.column <= now,
-        operations.c.tool.in_(tools),
+        status_in([due.status]), due.column <= now, operations.c.tool.in_(tools)
     )
+    return _narrowed(query, sent_before, scope)
+
+
+def _narrowed(
+    query: Select[Any], sent_before: ColumnElement[datetime] | datetime | None, scope: str | None
+) -> Select[Any]:
+    """`query` kept to the operations last sent by `sent_before` and of `scope` (None: any)."""
     if sent_before is not None:
         query = query.where(operations.c.last_sent_at <= sent_before)
     if scope is not None:
