@@ -8,6 +8,7 @@ from writesafe.ledger._clock import Clock, ManualClock, StoreTime, SystemClock
 from writesafe.ledger._engine import DEFAULT_DATABASE_URL, UnsupportedDatabase, create_engine
 from writesafe.ledger._hot_path import LATE_SEND, Intent, Outcome
 from writesafe.ledger._json import canonical_json, dumps_json, loads_json
+from writesafe.ledger._lease_judges import LeaseHeld
 from writesafe.ledger._ledger import Ledger
 from writesafe.ledger._migrations import (
     LedgerNotMigrated,
@@ -16,7 +17,7 @@ from writesafe.ledger._migrations import (
     head_revision,
 )
 from writesafe.ledger._models import ApiKey, Attempt, Base, LedgerState, Operation
-from writesafe.ledger._reconciliation import LEASE_EXPIRED, DueBatch, LeaseHeld, Settlement
+from writesafe.ledger._reconciliation import LEASE_EXPIRED, DueBatch, Settlement
 from writesafe.ledger._records import AttemptKind, AttemptRecord, OperationRecord
 from writesafe.ledger._restore import (
     RESTORED_KEY,

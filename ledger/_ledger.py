@@ -20,7 +20,7 @@ from writesafe.ledger._backend import open_backend
 from writesafe.ledger._clock import Clock, SystemClock
 from writesafe.ledger._engine import ConnectionBudget, reader
 from writesafe.ledger._hot_path import HotPath
-from writesafe.ledger._lease_watch import LeaseWatch
+from writesafe.ledger._lease_judges import judge_leases
 from writesafe.ledger._migrations import current_revision, downgrade, ensure_current, upgrade
 from writesafe.ledger._reads import Reads
 from writesafe.ledger._reconciliation import Reconciliation
@@ -48,10 +48,8 @@ class Ledger(HotPath, Reads, Reconciliation):
         self.clock: Clock = clock or SystemClock()
         # True: time is the server's `now()`. SQLite has no server clock; a given clock wins.
         self.server_clock = clock is None and writer.shared_clock
-        # Without a clock the store shares, leases are judged by watching them.
-        self._watches = not writer.shared_clock
-        # On SQLite, how long the writers' leases last: a lease seen unchanged that long ran out.
-        self._watch = LeaseWatch(self.clock, lease_seconds)
+        # On the store's clock, or (none the processes share) by watching them.
+        self._leases = judge_leases(writer.shared_clock, self.clock, lease_seconds)
 
     @classmethod
     def from_url(

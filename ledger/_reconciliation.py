@@ -1,9 +1,9 @@
 """The reconciler's side of the ledger: taking over crashed leases, leasing due operations to
 a pass, and settling them with audited attempts.
 
-On PostgreSQL a lease is judged on the server's clock and due rows are leased `FOR UPDATE SKIP
-LOCKED`; on SQLite (no shared clock) a lease is judged by watching it (`_lease_watch`) and
-`BEGIN IMMEDIATE` serialises the claims. The writer says which holds (`Writer.shared_clock`).
+Due rows are leased `FOR UPDATE SKIP LOCKED` (SQLite renders none: `BEGIN IMMEDIATE` serialises
+the claims). Whether a lease ran out, its judge says (`ledger._lease_judges`): on the store's
+clock, or by watching it where the processes share none.
 """
 
 from __future__ import annotations
@@ -14,14 +14,14 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import ColumnElement, Select, column, func, insert, or_, select, update, values
 from sqlalchemy import cast as sql_cast
+from sqlalchemy import column, func, insert, select, update, values
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
+from writesafe.ledger._due import CRASHED, UNKNOWN, claimable, due_query
 from writesafe.ledger._hot_path import unknown_from
-from writesafe.ledger._lease_watch import LeaseWatch
+from writesafe.ledger._lease_judges import LeaseHeld, LeaseJudge
 from writesafe.ledger._ledger_time import LedgerTime
-from writesafe.ledger._models import status_in
 from writesafe.ledger._records import AttemptKind, OperationRecord
 from writesafe.ledger._states import Status, check_transition
 from writesafe.ledger._superseded import close_executions, close_settled, close_taken_over
@@ -29,13 +29,6 @@ from writesafe.ledger._writer import Writer, attempts, compare_and_set, operatio
 
 LEASE_EXPIRED = "LEASE_EXPIRED"
 """`last_code` the reconciler gives an operation whose executing worker lost its lease."""
-
-
-@dataclass(frozen=True, slots=True)
-class LeaseHeld:
-    """An `in_flight` lease that has not run out on the ledger's clock, for `seconds_left`."""
-
-    seconds_left: float
 
 
 @dataclass(frozen=True, slots=True)
@@ -123,82 +116,12 @@ def _attempt_row(settlement: Settlement, now: datetime) -> dict[str, Any]:
     return row
 
 
-@dataclass(frozen=True, slots=True)
-class _Due:
-    status: Status
-    column: ColumnElement[Any]  # when the row becomes due; the (status, column) index serves it
-
-
-_CRASHED = _Due(Status.IN_FLIGHT, operations.c.lease_expires_at)
-_UNKNOWN = _Due(Status.OUTCOME_UNKNOWN, operations.c.next_check_at)
-
-
-_WATCH_PAGE = 1_000
-"""`in_flight` rows `Ledger.watch_leases` reads at a time."""
-
-
-def _in_flight(
-    tools: Sequence[str],
-    sent_before: ColumnElement[datetime] | datetime | None,
-    scope: str | None,
-) -> Select[Any]:
-    """The `in_flight` operations of `tools` a pass could take over (SQLite's candidates)."""
-    query = select(operations).where(
-        operations.c.status == Status.IN_FLIGHT.value, operations.c.tool.in_(tools)
-    )
-    return _narrowed(query, sent_before, scope)
-
-
-def _due_query(
-    due: _Due,
-    now: ColumnElement[datetime] | datetime,
-    tools: Sequence[str],
-    sent_before: ColumnElement[datetime] | datetime | None,
-    scope: str | None,
-) -> Select[Any]:
-    query = select(operations.c.id).where(
-        status_in([due.status]), due.column <= now, operations.c.tool.in_(tools)
-    )
-    return _narrowed(query, sent_before, scope)
-
-
-def _narrowed(
-    query: Select[Any], sent_before: ColumnElement[datetime] | datetime | None, scope: str | None
-) -> Select[Any]:
-    """`query` kept to the operations last sent by `sent_before` and of `scope` (None: any)."""
-    if sent_before is not None:
-        query = query.where(operations.c.last_sent_at <= sent_before)
-    if scope is not None:
-        query = query.where(operations.c.scope == scope)
-    return query
-
-
-def _claimable(
-    due: _Due,
-    now: ColumnElement[datetime] | datetime,
-    limit: int,
-    tools: Sequence[str],
-    sent_before: ColumnElement[datetime] | datetime | None,
-    scope: str | None,
-) -> Select[Any]:
-    # The longest-due rows nobody else holds; locked until the claim commits. The order is the
-    # index's own, so the scan stops after `limit` rows however many are due (any tiebreaker
-    # column would make PostgreSQL sort the whole due set on every claim).
-    return (
-        _due_query(due, now, tools, sent_before, scope)
-        .order_by(due.column)
-        .limit(limit)
-        .with_for_update(skip_locked=True)
-    )
-
-
 class Reconciliation(LedgerTime):
     """The reconciler's claims and settlements (`Ledger` composes them)."""
 
     engine: AsyncEngine
     writer: Writer
-    _watches: bool  # leases are judged by watching them (no clock the store shares)
-    _watch: LeaseWatch
+    _leases: LeaseJudge
 
     async def expire(self, current: OperationRecord) -> OperationRecord | LeaseHeld | None:
         """Turn an `in_flight` operation whose lease ran out into `outcome_unknown`.
@@ -209,19 +132,10 @@ class Reconciliation(LedgerTime):
         if current.status is not Status.IN_FLIGHT:
             raise ValueError("only an in_flight operation can be expired")
         check_transition(current.status, Status.OUTCOME_UNKNOWN)
-        lease = operations.c.lease_expires_at
-        if self._watches:
-            left = self._watch.seconds_left(current)
-            if left > 0:
-                return LeaseHeld(left)
-            # Expire it only as it was watched: a renewal since then would change its expiry.
-            ran_out: ColumnElement[bool] = (
-                lease.is_(None)
-                if current.lease_expires_at is None
-                else (lease == current.lease_expires_at)
-            )
-        else:
-            ran_out = or_(lease.is_(None), lease <= self._now_sql())
+        held = self._leases.held(current)
+        if held is not None:
+            return held
+        ran_out = self._leases.ran_out(current, self._now_sql())
         now = self._now_sql()
         statement = (
             update(operations)
@@ -239,18 +153,10 @@ class Reconciliation(LedgerTime):
         async with self.engine.begin() as conn:
             row = (await conn.execute(statement)).mappings().first()
             if row is not None:
-                self._watch.forget(current.id)
+                self._leases.forget(current.id)
                 await close_taken_over(conn, [current.id], now, LEASE_EXPIRED)
                 return OperationRecord.from_row(row)
-            if self._watches:
-                return None
-            held = select(operations.c.version, lease - self._now_sql()).where(
-                operations.c.id == current.id, operations.c.status == Status.IN_FLIGHT.value
-            )
-            still = (await conn.execute(held)).first()
-        if still is None or still[0] != current.version:
-            return None
-        return LeaseHeld(max(still[1].total_seconds(), 0.0))
+            return await self._leases.still_held(conn, current, self._now_sql())
 
     async def transition(
         self, current: OperationRecord, target: Status, **values: Any
@@ -306,25 +212,15 @@ class Reconciliation(LedgerTime):
         check_transition(Status.IN_FLIGHT, Status.OUTCOME_UNKNOWN)
         now = self._now_sql()
         sent_before = self._now_sql(-older_than) if older_than > 0 else None
-        if self._watches:
-            # Look before taking the write lock: a pass that finds nothing (a worker's every
-            # pass while all is well) would hold up the guarded writes for nothing.
-            async with self._reads.connect() as conn:
-                run_out, watched = await self._watched_run_out(
-                    conn, limit, tools, sent_before, scope
-                )
-                unknown = _due_query(_UNKNOWN, now, tools, sent_before, scope).limit(1)
-                if not run_out and (await conn.execute(unknown)).first() is None:
-                    return DueBatch([], 0, watched)
+        quiet, watched = await self._leases.quiet(
+            self._reads, now, limit, tools, sent_before, scope
+        )
+        if quiet:
+            return DueBatch([], 0, watched)
         async with self.engine.begin() as conn:
-            crashed: Select[Any] | builtins.list[int]
-            watching: float | None = None
-            if self._watches:
-                crashed, watching = await self._watched_run_out(
-                    conn, limit, tools, sent_before, scope
-                )
-            else:
-                crashed = _claimable(_CRASHED, now, limit, tools, sent_before, scope)
+            crashed, watching = await self._leases.crashed(
+                conn, now, limit, tools, sent_before, scope
+            )
             expired = await conn.execute(
                 update(operations)
                 .where(operations.c.id.in_(crashed))
@@ -343,11 +239,11 @@ class Reconciliation(LedgerTime):
             expired_ids = expired.scalars().all()
             await close_taken_over(conn, expired_ids, now, LEASE_EXPIRED)
             for operation_id in expired_ids:
-                self._watch.forget(operation_id)
+                self._leases.forget(operation_id)
             leased = await conn.execute(
                 update(operations)
                 .where(
-                    operations.c.id.in_(_claimable(_UNKNOWN, now, limit, tools, sent_before, scope))
+                    operations.c.id.in_(claimable(UNKNOWN, now, limit, tools, sent_before, scope))
                 )
                 .values(
                     next_check_at=self._now_sql(lease_seconds),
@@ -358,26 +254,6 @@ class Reconciliation(LedgerTime):
             rows = [OperationRecord.from_row(row) for row in leased.mappings()]
         return DueBatch(rows, len(expired_ids), watching)
 
-    async def _watched_run_out(
-        self,
-        conn: AsyncConnection,
-        limit: int,
-        tools: Sequence[str],
-        sent_before: ColumnElement[datetime] | datetime | None,
-        scope: str | None,
-    ) -> tuple[builtins.list[int], float | None]:
-        """On SQLite: the ids of `in_flight` operations whose lease this process has watched run
-        out, and how long until the next lease that looks expired by this process's clock has
-        been watched long enough (None: none). Every in_flight lease is a candidate, whatever its
-        wall-clock expiry says; those never renewed sort first."""
-        query = _in_flight(tools, sent_before, scope)
-        query = query.order_by(operations.c.lease_expires_at).limit(limit)
-        candidates = [
-            OperationRecord.from_row(row) for row in (await conn.execute(query)).mappings()
-        ]
-        left, pending = self._sight(candidates)
-        return [id_ for id_, seconds in left.items() if seconds == 0], min(pending, default=None)
-
     async def watch_leases(
         self, *, tools: Sequence[str], older_than: float = 0.0, scope: str | None = None
     ) -> float | None:
@@ -387,39 +263,8 @@ class Reconciliation(LedgerTime):
         crashed lease it had at its start, not only its first batch (`claim_due` looks at one
         batch at a time). Read a page at a time, so memory stays bounded; the watch keeps at most
         `_lease_watch._WATCHED` sightings. PostgreSQL judges leases on its clock: None."""
-        if not self._watches:
-            return None
         sent_before = self._now_sql(-older_than) if older_than > 0 else None
-        longest = 0.0  # every pending time is > 0
-        after = 0
-        async with self._reads.connect() as conn:
-            while True:
-                query = _in_flight(tools, sent_before, scope).where(operations.c.id > after)
-                page = [
-                    OperationRecord.from_row(row)
-                    for row in (
-                        await conn.execute(query.order_by(operations.c.id).limit(_WATCH_PAGE))
-                    ).mappings()
-                ]
-                _, pending = self._sight(page)
-                longest = max([longest, *pending])
-                if len(page) < _WATCH_PAGE:
-                    return longest or None
-                after = page[-1].id
-
-    def _sight(
-        self, candidates: Sequence[OperationRecord]
-    ) -> tuple[dict[int, float], builtins.list[float]]:
-        """Each candidate's time left to watch (`LeaseWatch.seconds_left`), and those times of
-        the ones still to watch whose lease looks expired by this process's clock."""
-        left = {op.id: self._watch.seconds_left(op) for op in candidates}
-        now = self.clock.now()
-        pending = [
-            left[op.id]
-            for op in candidates
-            if left[op.id] > 0 and (op.lease_expires_at is None or op.lease_expires_at <= now)
-        ]
-        return left, pending
+        return await self._leases.watch(self._reads, tools, sent_before, scope)
 
     async def count_due(
         self, *, tools: Sequence[str], older_than: float = 0.0, scope: str | None = None
@@ -430,8 +275,8 @@ class Reconciliation(LedgerTime):
         sent_before = self._now_sql(-older_than) if older_than > 0 else None
         total = 0
         async with self._reads.connect() as conn:
-            for due in (_CRASHED, _UNKNOWN):
-                query = _due_query(due, now, tools, sent_before, scope).subquery()
+            for due in (CRASHED, UNKNOWN):
+                query = due_query(due, now, tools, sent_before, scope).subquery()
                 total += (await conn.execute(select(func.count()).select_from(query))).scalar_one()
         return total
 

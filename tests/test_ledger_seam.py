@@ -45,7 +45,15 @@ def test_a_server_ledger_has_no_file(pg_schema: str) -> None:
 
 ROOT = Path(__file__).resolve().parent.parent
 BACKEND_NAMES = {"SqliteWriter", "PostgresWriter", "is_sqlite"}
-LEDGER_JOBS = ("_ledger.py", "_hot_path.py", "_reads.py", "_reconciliation.py", "_ledger_time.py")
+LEDGER_JOBS = (
+    "_ledger.py",
+    "_hot_path.py",
+    "_reads.py",
+    "_reconciliation.py",
+    "_ledger_time.py",
+    "_lease_judges.py",
+    "_due.py",
+)
 
 
 def _modules(*directories: str) -> list[Path]:
