@@ -137,7 +137,9 @@ async def _rest(ledger: Ledger, began: float) -> None:
     """Let the guarded calls queued behind the batch begun at `began` go first; on SQLite, rest
     three times as long as it took: a writer in another process, whose busy wait looks for the
     lock at growing intervals, then finds it free three times in four."""
-    await asyncio.sleep(_SQLITE_REST * (time.perf_counter() - began) if ledger.is_sqlite else 0)
+    await asyncio.sleep(
+        _SQLITE_REST * (time.perf_counter() - began) if ledger.file is not None else 0
+    )
 
 
 @dataclass(frozen=True, slots=True)

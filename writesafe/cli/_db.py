@@ -9,7 +9,6 @@ from typing import Annotated
 
 import typer
 from rich.console import Console
-from sqlalchemy.schema import CreateSchema
 
 from writesafe.cli._exit import ExitCode
 from writesafe.cli._loading import app_or_settings
@@ -20,8 +19,6 @@ from writesafe.idempotency import WriteSafe
 from writesafe.ledger import (
     DEFAULT_BATCH_SIZE,
     PruneReport,
-    current_revision,
-    downgrade,
     head_revision,
     prune,
 )
@@ -42,9 +39,8 @@ def upgrade(
 
     async def migrate(ws: WriteSafe) -> None:
         name = ws.settings.db_schema
-        if name and not ws.ledger.is_sqlite:
-            async with ws.ledger.engine.begin() as connection:
-                await connection.execute(CreateSchema(name, if_not_exists=True))
+        if name:  # a schema is PostgreSQL's (`schema=`)
+            await ws.ledger.create_schema(name)
         await ws.ledger.migrate()
 
     run(ws, migrate, may_create=True)
@@ -57,7 +53,7 @@ def current(
 ) -> None:
     """Show the ledger's schema revision and the one this writesafe needs (exit 1: behind)."""
     ws = app_or_settings(app, database_url, schema)
-    revision = run(ws, lambda ws: current_revision(ws.ledger.engine))
+    revision = run(ws, lambda ws: ws.ledger.revision())
     head = head_revision()
     if revision == head:
         Console().print(f"ledger schema at {head} (current)")
@@ -78,10 +74,8 @@ def downgrade_command(
 ) -> None:
     """Undo migrations down to REVISION (their tables and data go with them)."""
     ws = app_or_settings(app, database_url, schema)
-    run(ws, lambda ws: downgrade(ws.ledger.engine, revision))
-    now = run(
-        app_or_settings(app, database_url, schema), lambda ws: current_revision(ws.ledger.engine)
-    )
+    run(ws, lambda ws: ws.ledger.downgrade(revision))
+    now = run(app_or_settings(app, database_url, schema), lambda ws: ws.ledger.revision())
     Console().print(f"ledger schema at {now or 'nothing'}")
 
 
