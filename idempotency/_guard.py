@@ -145,9 +145,9 @@ class Guard:
         self.keystore = keystore
         self.codes = codes
         self.settings = settings
-        # Whether `look_now` can look without the loop: Redis's claim, or the embedded ledger's
-        # local read (PostgreSQL alone has no read without a round trip on the loop's pool).
-        self._looks_now = keystore is not None or ledger.is_sqlite
+        # Whether `look_now` can look without the loop: Redis's claim, or the ledger's local
+        # read (a server's ledger alone has no read without a round trip on the loop's pool).
+        self._looks_now = keystore is not None or ledger.reads_locally
         self._restores = RestoreWatch(
             ledger,
             keystore,

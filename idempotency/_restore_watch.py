@@ -14,7 +14,6 @@ import asyncio
 import time
 from collections.abc import Sequence
 from datetime import timedelta
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 from writesafe.ledger import FileMark, Ledger, Level, Mark, Restored, check_restored, mark_path
@@ -59,9 +58,8 @@ def marks_of(
 ) -> tuple[Mark, ...]:
     """Every mark a ledger has: this process's, the file beside an embedded ledger, Redis's."""
     marks: list[Mark] = [created]
-    database = ledger.engine.url.database
-    if ledger.is_sqlite and database and database != ":memory:":
-        marks.append(FileMark(mark_path(Path(database).resolve())))
+    if ledger.file is not None:
+        marks.append(FileMark(mark_path(ledger.file)))
     if keystore is not None:
         from writesafe.idempotency._redis_mark import RedisMark  # redis-py: with a Redis URL only
 

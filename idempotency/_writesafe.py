@@ -155,7 +155,9 @@ class WriteSafe:
                 restore_check_seconds=self.settings.restore_check_seconds,
             ),
         )
-        self._auto_migrate = self.ledger.is_sqlite if auto_migrate is None else auto_migrate
+        # An embedded ledger (a file of the application's own) migrates itself by default.
+        embedded = self.ledger.file is not None
+        self._auto_migrate = embedded if auto_migrate is None else auto_migrate
         self._tools: dict[str, Tool[Any]] = {}
         self._retry_budgets: dict[str, RetryBudget] = {}
         self._lookups: dict[str, LookupSpec] = {}

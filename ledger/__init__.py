@@ -6,17 +6,10 @@ The ledger is the source of truth of writesafe. It imports neither `idempotency`
 from writesafe.ledger._api_keys import ApiKeyRecord, ApiKeys, Role
 from writesafe.ledger._clock import Clock, ManualClock, StoreTime, SystemClock
 from writesafe.ledger._engine import DEFAULT_DATABASE_URL, UnsupportedDatabase, create_engine
+from writesafe.ledger._hot_path import LATE_SEND, Intent, Outcome
 from writesafe.ledger._json import canonical_json, dumps_json, loads_json
-from writesafe.ledger._ledger import (
-    LATE_SEND,
-    LEASE_EXPIRED,
-    DueBatch,
-    Intent,
-    LeaseHeld,
-    Ledger,
-    Outcome,
-    Settlement,
-)
+from writesafe.ledger._lease_judges import LeaseHeld
+from writesafe.ledger._ledger import Ledger
 from writesafe.ledger._migrations import (
     LedgerNotMigrated,
     current_revision,
@@ -24,6 +17,7 @@ from writesafe.ledger._migrations import (
     head_revision,
 )
 from writesafe.ledger._models import ApiKey, Attempt, Base, LedgerState, Operation
+from writesafe.ledger._reconciliation import LEASE_EXPIRED, DueBatch, Settlement
 from writesafe.ledger._records import AttemptKind, AttemptRecord, OperationRecord
 from writesafe.ledger._restore import (
     RESTORED_KEY,

@@ -6,6 +6,7 @@ import sqlite3
 from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import StrEnum
+from pathlib import Path
 from typing import Any
 from uuid import uuid4
 
@@ -235,16 +236,17 @@ def _sqlite_engine(url: URL) -> AsyncEngine:
     return engine
 
 
-def sqlite_path(url: str | URL) -> str:
-    """The file of a SQLite ledger URL, for the writer's own `sqlite3` connections
-    (`writesafe.ledger._sqlite_writer`)."""
+def sqlite_file(url: str | URL) -> Path:
+    """The file of a SQLite ledger URL, as an absolute path: the one name of it that the
+    writer's own `sqlite3` connections, the restore mark beside it, the reconciler's lock and the
+    CLI all use (`Ledger.file`), so that none of them works out a different file."""
     database = make_url(url).database
     if not database or database == ":memory:":
         raise UnsupportedDatabase("the embedded ledger needs a file: sqlite+aiosqlite:///path.db")
-    return database
+    return Path(database).resolve()
 
 
-def connect_sqlite(path: str, *, check_same_thread: bool = True) -> sqlite3.Connection:
+def connect_sqlite(path: Path, *, check_same_thread: bool = True) -> sqlite3.Connection:
     """A `sqlite3` connection to the ledger's file, configured as the engine's connections are."""
     connection = sqlite3.connect(
         path, timeout=_SQLITE_BUSY_TIMEOUT, check_same_thread=check_same_thread
@@ -287,7 +289,3 @@ def reader(engine: AsyncEngine) -> AsyncEngine:
     the write lock for as long as it lasts. No write goes through it: a deferred transaction that
     turns to writing may fail with SQLITE_BUSY instead of waiting for the lock."""
     return engine.execution_options(**{_READ_ONLY: True})
-
-
-def is_sqlite(engine: AsyncEngine) -> bool:
-    return engine.dialect.name == "sqlite"

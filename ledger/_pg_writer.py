@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any, TypeVar
 
 import asyncpg
@@ -21,6 +22,7 @@ from sqlalchemy import (
     CTE,
     BindParameter,
     ClauseElement,
+    ColumnElement,
     Select,
     any_,
     bindparam,
@@ -131,6 +133,19 @@ class PostgresWriter:
 
     def peek(self, scope: str, key: str) -> OperationRecord | None:
         return None  # every read is a round trip: the claim reads the row it conflicts with
+
+    @property
+    def file(self) -> None:
+        return None  # a server's
+
+    in_process = False
+    shared_clock = True
+
+    def hours(self, column: ColumnElement[datetime]) -> ColumnElement[Any]:
+        return func.floor(func.extract("epoch", column) / 3600)  # PostgreSQL's epoch is fractional
+
+    def serve_blocking_callers(self, alone: Callable[[], bool]) -> None:
+        """Nothing to do: each write is a round trip on the loop already."""
 
     async def change(self, change: Change) -> OperationRecord | None:
         closes = change.closes

@@ -321,7 +321,7 @@ _TIMELINE = text("SELECT timeline_id FROM pg_control_checkpoint()")
 async def _timeline(ledger: Ledger) -> int | None:
     """PostgreSQL's current timeline; None on SQLite, or where the role may not read it
     (`pg_control_checkpoint()` is for superusers and roles granted it)."""
-    if ledger.is_sqlite:
+    if ledger.file is not None:  # an embedded ledger's file has no timeline
         return None
     try:
         async with ledger.engine.connect() as conn:

@@ -32,9 +32,21 @@ import json
 import sqlite3
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
 from typing import Any, TypeVar
 
-from sqlalchemy import ClauseElement, bindparam, func, insert, select, update
+from sqlalchemy import (
+    ClauseElement,
+    ColumnElement,
+    Integer,
+    bindparam,
+    func,
+    insert,
+    select,
+    update,
+)
+from sqlalchemy import cast as sql_cast
 from sqlalchemy.dialects import sqlite
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.sql.compiler import SQLCompiler
@@ -137,8 +149,8 @@ _RENEW = SqliteStatement.of(
 class SqliteWriter:
     """The `Writer` for the embedded ledger: one thread hop per write, none for a taken key."""
 
-    def __init__(self, path: str) -> None:
-        self._path = path
+    def __init__(self, file: Path) -> None:
+        self.file = file
         self._thread = CallThread("writesafe-sqlite")  # started by a write, ended by close
         self._connection: sqlite3.Connection | None = None  # the writer thread's
         # With `serve_blocking_callers`: the event loop's own connection, which never waits for
@@ -206,6 +218,12 @@ class SqliteWriter:
     def forget_loop(self) -> None:
         """Nothing to drop: the writer's thread serves whichever event loop awaits it."""
 
+    in_process = True
+    shared_clock = False
+
+    def hours(self, column: ColumnElement[datetime]) -> ColumnElement[Any]:
+        return sql_cast(column, Integer) // 3_600_000_000  # kept as microseconds since the epoch
+
     async def transaction(self, write: Callable[[sqlite3.Cursor], T]) -> T:
         """Run `write` as one lazy transaction on the writer's thread, in turn with the guarded
         writes: for upkeep (pruning) that must not contend with them for the database's lock,
@@ -234,7 +252,7 @@ class SqliteWriter:
         try:
             reader = self._readers.pop()
         except IndexError:
-            reader = connect_sqlite(self._path, check_same_thread=False)
+            reader = connect_sqlite(self.file, check_same_thread=False)
             reader.execute("PRAGMA busy_timeout=0")
         try:
             found = _fetch(reader.cursor(), scope, key)
@@ -264,7 +282,7 @@ class SqliteWriter:
         lock is taken (its `busy_timeout` is 0: the loop never waits for it)."""
         with _ledger_errors():
             if self._on_loop is None:
-                self._on_loop = connect_sqlite(self._path, check_same_thread=False)
+                self._on_loop = connect_sqlite(self.file, check_same_thread=False)
                 self._on_loop.execute("PRAGMA busy_timeout=0")
             cursor = self._on_loop.cursor()
             try:
@@ -343,7 +361,7 @@ class SqliteWriter:
 
     def _cursor(self) -> sqlite3.Cursor:
         if self._connection is None:
-            self._connection = connect_sqlite(self._path)
+            self._connection = connect_sqlite(self.file)
         return self._connection.cursor()
 
     def _begin(self, cursor: sqlite3.Cursor, durable: bool) -> None:

@@ -12,10 +12,11 @@ the writer has every other value already, so the row it answers with is built fr
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from functools import cache
+from pathlib import Path
 from typing import Any, Protocol, cast
 
 from sqlalchemy import (
@@ -138,7 +139,30 @@ class Change:
 
 
 class Writer(Protocol):
-    """The guard's hot ledger writes; each is atomic."""
+    """The guard's hot ledger writes; each is atomic. What differs between the backends beyond
+    them, the writer answers too: `Ledger` asks it, never which backend it is."""
+
+    @property
+    def file(self) -> Path | None:
+        """The database's file, absolute (`_engine.sqlite_file`); None for a server's."""
+
+    @property
+    def in_process(self) -> bool:
+        """The database runs inside this process (SQLite): a statement is a call, not a round
+        trip, so a read needs no event loop (`peek`), batching statements saves nothing, and a
+        connection is no socket of an event loop (it closes from any loop). PostgreSQL: False."""
+
+    @property
+    def shared_clock(self) -> bool:
+        """The store has a clock every process shares (PostgreSQL's `now()`), on which leases
+        are judged. SQLite has none: a lease is judged by watching it (`ledger._lease_watch`)."""
+
+    def hours(self, column: ColumnElement[datetime]) -> ColumnElement[Any]:
+        """`column`'s time as whole hours since the epoch, whatever the session's time zone."""
+
+    def serve_blocking_callers(self, alone: Callable[[], bool]) -> None:
+        """The event loop serves callers that block on it anyway, `alone()` while it serves one
+        (`Ledger.serve_blocking_callers`): a writer may then write on the loop's thread."""
 
     async def claim(self, row: dict[str, Any]) -> Claim | None:
         """Insert `row` as a new operation with its first execution attempt. When `(scope, key)`

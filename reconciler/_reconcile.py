@@ -19,7 +19,6 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from enum import StrEnum
-from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict
@@ -243,7 +242,4 @@ def _report(tally: Counter[str], began: float) -> ReconcileReport:
 
 
 def _single_worker_lock(ledger: Ledger) -> SingleWorkerLock | None:
-    database = ledger.engine.url.database
-    if not ledger.is_sqlite or not database or database == ":memory:":
-        return None
-    return SingleWorkerLock(Path(database).resolve())
+    return None if ledger.file is None else SingleWorkerLock(ledger.file)

@@ -22,7 +22,7 @@ from sqlalchemy import func, select
 from sqlalchemy.exc import IntegrityError
 
 from writesafe.ledger import Intent, Ledger, Outcome, Status
-from writesafe.ledger._ledger import _operation_values
+from writesafe.ledger._hot_path import _operation_values
 from writesafe.ledger._sqlite_writer import SqliteWriter
 from writesafe.ledger._writer import attempts, operations
 

@@ -34,7 +34,6 @@ from writesafe import (
 from writesafe.idempotency._guard import Look
 from writesafe.idempotency._keystore import RedisKeyStore
 from writesafe.idempotency._store_answers import LeaseState
-from writesafe.ledger._engine import sqlite_path
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -620,7 +619,8 @@ async def test_a_thread_per_request_keeps_no_read_connection_per_thread(
         worker.join()
 
     await asyncio.to_thread(request)
-    ledger = await asyncio.to_thread(Path(sqlite_path(ws.settings.database_url)).resolve)
+    ledger = ws.ledger.file
+    assert ledger is not None
     opened = open_files(ledger)
     for _ in range(20):
         await asyncio.to_thread(request)

@@ -74,6 +74,6 @@ async def service(
     scopes = (f"tenant-a-{n}", f"tenant-b-{n}")
     tokens = await issue_keys(started, scopes)
     yield Service(started, *reached, tokens, scopes)
-    if not started.ledger.is_sqlite:
+    if started.ledger.file is None:
         # Between tests no PostgreSQL connection stays open outside the budget's slots.
         await started.ledger.close()

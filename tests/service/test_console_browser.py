@@ -11,10 +11,7 @@ from __future__ import annotations
 import base64
 import contextlib
 import os
-import signal
-import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,8 +23,8 @@ from sqlalchemy import text
 
 from tests.apps.console_app import register
 from tests.conftest import PG_URL, REDIS_URL, run_sync
+from tests.loopback import serving
 from tests.service.support import issue_keys
-from tests.service.test_cli import free_port
 from writesafe import WriteSafe
 from writesafe.ledger import Role, Status
 from writesafe.ledger._migrations import in_ledger_schema
@@ -47,6 +44,7 @@ pytestmark = [
         "chromium-driver; .ci/run installs them)",
     ),
 ]
+from selenium.common.exceptions import WebDriverException  # noqa: E402
 from selenium.webdriver.common.by import By  # noqa: E402
 from selenium.webdriver.remote.webdriver import WebDriver  # noqa: E402
 from selenium.webdriver.remote.webelement import WebElement  # noqa: E402
@@ -118,7 +116,6 @@ def deployment(pg_schema: str, redis_prefix: str) -> Iterator[Deployment]:
     options = {"database_url": PG_URL, "schema": pg_schema, "redis_url": REDIS_URL}
     options |= {"redis_prefix": redis_prefix, "auto_migrate": True}
     tokens = run_sync(_seed(options))
-    port = free_port()
     env = {
         **os.environ,
         "PYTHONPATH": os.pathsep.join(sys.path),
@@ -128,28 +125,9 @@ def deployment(pg_schema: str, redis_prefix: str) -> Iterator[Deployment]:
         "WRITESAFE_REDIS_PREFIX": redis_prefix,
     }
     command = [sys.executable, "-c", "from writesafe.cli import main; main()", "serve"]
-    process = subprocess.Popen(
-        [*command, "tests.apps.console_app:ws", "--port", str(port), "--log-level", "warning"],
-        cwd=ROOT,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    base = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 60
-        while True:
-            assert process.poll() is None, process.communicate()
-            with contextlib.suppress(httpx.TransportError):
-                if httpx.get(f"{base}/healthz").status_code == 200:
-                    break
-            assert time.monotonic() < deadline, "writesafe serve did not start"
-            time.sleep(0.1)
+    app = [*command, "tests.apps.console_app:ws", "--log-level", "warning"]
+    with serving(app, cwd=ROOT, env=env) as base:
         yield Deployment(base, tokens)
-    finally:
-        process.send_signal(signal.SIGTERM)
-        assert process.wait(timeout=30) == 0, process.communicate()
 
 
 @pytest.fixture
@@ -170,7 +148,10 @@ def _submit(browser: WebDriver, button: WebElement) -> None:
     """Click a form's button and wait for the page it leads to (a click does not wait)."""
     page = browser.find_element(By.TAG_NAME, "html")
     button.click()
-    WebDriverWait(browser, 10).until(expected_conditions.staleness_of(page))
+    # Mid-navigation chromedriver may answer "node does not belong to the document" rather
+    # than "stale element": that is the old page going too, so ask again.
+    waiting = WebDriverWait(browser, 10, ignored_exceptions=(WebDriverException,))
+    waiting.until(expected_conditions.staleness_of(page))
 
 
 def _sign_in(browser: WebDriver, base: str, token: str) -> None:

@@ -9,7 +9,6 @@ from typing import Annotated
 
 import typer
 from rich.console import Console
-from sqlalchemy.schema import CreateSchema
 
 from writesafe.cli._exit import ExitCode
 from writesafe.cli._loading import app_or_settings
@@ -20,8 +19,6 @@ from writesafe.idempotency import WriteSafe
 from writesafe.ledger import (
     DEFAULT_BATCH_SIZE,
     PruneReport,
-    current_revision,
-    downgrade,
     head_revision,
     prune,
 )
@@ -42,9 +39,8 @@ def upgrade(
 
     async def migrate(ws: WriteSafe) -> None:
         name = ws.settings.db_schema
-        if name and not ws.ledger.is_sqlite:
-            async with ws.ledger.engine.begin() as connection:
-                await connection.execute(CreateSchema(name, if_not_exists=True))
+        if name:  # a schema is PostgreSQL's (`schema=`)
+            await ws.ledger.create_schema(name)
         await ws.ledger.migrate()
 
     run(ws, migrate, may_create=True)
@@ -57,7 +53,7 @@ def current(
 ) -> None:
     """Show the ledger's schema revision and the one this writesafe needs (exit 1: behind)."""
     ws = app_or_settings(app, database_url, schema)
-    revision = run(ws, lambda ws: current_revision(ws.ledger.engine))
+    revision = run(ws, lambda ws: ws.ledger.revision())
     head = head_revision()
     if revision == head:
         Console().print(f"ledger schema at {head} (current)")
@@ -78,10 +74,8 @@ def downgrade_command(
 ) -> None:
     """Undo migrations down to REVISION (their tables and data go with them)."""
     ws = app_or_settings(app, database_url, schema)
-    run(ws, lambda ws: downgrade(ws.ledger.engine, revision))
-    now = run(
-        app_or_settings(app, database_url, schema), lambda ws: current_revision(ws.ledger.engine)
-    )
+    run(ws, lambda ws: ws.ledger.downgrade(revision))
+    now = run(app_or_settings(app, database_url, schema), lambda ws: ws.ledger.revision())
     Console().print(f"ledger schema at {now or 'nothing'}")
 
 
@@ -95,7 +89,8 @@ OlderThanOption = Annotated[
     ),
 ]
 BatchOption = Annotated[
-    int, typer.Option("--batch-size", min=1, help="Operations deleted per transaction.")
+    int,
+    typer.Option("--batch-size", min=1, help="Operations (or tombstones) deleted per transaction."),
 ]
 
 
@@ -109,13 +104,19 @@ def prune_command(
     as_json: JsonOption = False,
 ) -> None:
     """Delete succeeded and failed operations past the retention period, with their attempts, in
-    short batches; never in_flight, outcome_unknown or needs_attention ones. A pruned key is new."""
+    short batches; never in_flight, outcome_unknown or needs_attention ones. A pruned key is new.
+    Then tombstones older than WRITESAFE_TOMBSTONE_RETENTION (7 days): those keys are never seen."""
     ws = app_or_settings(app, database_url, schema)
     retention = timedelta(seconds=ws.settings.retention if older_than is None else older_than)
 
     async def pruned(ws: WriteSafe) -> PruneReport:
         await ws.ledger.check_schema()
-        return await prune(ws.ledger, retention, batch_size=batch_size)
+        return await prune(
+            ws.ledger,
+            retention,
+            tombstone_retention=timedelta(seconds=ws.settings.tombstone_retention),
+            batch_size=batch_size,
+        )
 
     report = run(ws, pruned)
     if as_json:
@@ -123,7 +124,9 @@ def prune_command(
     else:
         Console().print(
             f"pruned {report.operations} operations and {report.attempts} attempts "
-            f"last changed before {report.cutoff:%Y-%m-%d %H:%M:%S} UTC "
+            f"last changed before {report.cutoff:%Y-%m-%d %H:%M:%S} UTC, and "
+            f"{report.tombstones} tombstones of keys pruned over "
+            f"{ws.settings.tombstone_retention:g}s ago "
             f"({report.batches} batches, {report.seconds:.2f}s)",
             highlight=False,
         )
@@ -134,6 +137,7 @@ def prune_summary(report: PruneReport) -> dict[str, object]:
     return {
         "pruned_operations": report.operations,
         "pruned_attempts": report.attempts,
+        "pruned_tombstones": report.tombstones,
         "batches": report.batches,
         "seconds": round(report.seconds, 3),
         "cutoff": None if report.cutoff is None else report.cutoff.isoformat(),

@@ -109,7 +109,7 @@ def revoke(
 def _run(ws: WriteSafe, action: Callable[[ApiKeys], Awaitable[T]], *, writes: bool = False) -> T:
     async def on_keys(ws: WriteSafe) -> T:
         await ws.start()
-        return await action(ApiKeys(ws.ledger.engine, ws.ledger.clock))
+        return await action(ws.ledger.api_keys())
 
     return run(ws, on_keys, may_create=writes)
 

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable
-from pathlib import Path
 from typing import TypeVar
 
 import typer
@@ -44,7 +43,7 @@ def run(
     commands that write: `db upgrade`, `keys create`, `serve`); even then a command that fails
     removes the ledger files it created, so no empty ledger is left behind.
     """
-    path = ledger_file(ws)
+    path = ws.ledger.file
     missing = path is not None and not path.exists()
     if missing and not may_create:
         raise fail(
@@ -101,13 +100,5 @@ def first_line(error: BaseException) -> str:
     return text.splitlines()[0][:300]
 
 
-def ledger_file(ws: WriteSafe) -> Path | None:
-    """The SQLite file of `ws`'s ledger, as an absolute path; None for a server or memory."""
-    url = ws.ledger.engine.url
-    if not ws.ledger.is_sqlite or not url.database or url.database == ":memory:":
-        return None
-    return Path(url.database).resolve()
-
-
 def _url(ws: WriteSafe) -> str:
-    return ws.ledger.engine.url.render_as_string(hide_password=True)
+    return ws.ledger.shown_url

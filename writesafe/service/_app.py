@@ -13,7 +13,7 @@ from sqlalchemy.exc import SQLAlchemyError
 from starlette.exceptions import HTTPException
 
 from writesafe.idempotency import WriteSafe, WriteSafeError
-from writesafe.ledger import ApiKeys, LedgerNotMigrated
+from writesafe.ledger import LedgerNotMigrated
 from writesafe.reconciler._causes import KEY_STORE, LEDGER
 from writesafe.service._auth import (
     Authenticator,
@@ -58,7 +58,7 @@ def create_app(ws: WriteSafe, settings: ServiceSettings | None = None) -> Servic
     secret = settings.cursor_secret
     ctx = ServiceContext(
         ws=ws,
-        keys=ApiKeys(ws.ledger.engine, ws.ledger.clock),
+        keys=ws.ledger.api_keys(),
         settings=settings,
         cursors=Cursors(None if secret is None else secret.get_secret_value()),
         limits=RateLimits(settings),
