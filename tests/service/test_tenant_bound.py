@@ -9,6 +9,7 @@ PostgreSQL reports as waiting (`pg_locks`), not for a time to pass.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
@@ -36,6 +37,16 @@ async def _locked(schema: str, *tables: str) -> AsyncIterator[asyncpg.Connection
             yield connection
     finally:
         await connection.close()
+
+
+@asynccontextmanager
+async def _watching() -> AsyncIterator[asyncpg.Connection]:
+    """A connection of its own for `pg_locks`: the watch may be cancelled mid-query."""
+    connection = await asyncpg.connect(asyncpg_dsn())
+    try:
+        yield connection
+    finally:
+        connection.terminate()
 
 
 async def _lock(connection: asyncpg.Connection, schema: str, *tables: str) -> None:
@@ -78,26 +89,28 @@ async def test_a_tenant_at_its_bound_is_refused_while_another_is_admitted(
                 headers = {"Authorization": f"Bearer {tokens[scope, Role.READER]}"}
                 return httpx.AsyncClient(base_url=url, transport=transport, headers=headers)
 
-            async with client(A) as a, client(B) as b:
+            async with client(A) as a, client(B) as b, _watching() as watch:
                 assert (await a.get("/v1/operations", params=LISTING)).status_code == 200
                 async with _locked(pg_schema, "writesafe_operations") as lock:
                     # A's listing fills A's bound and waits in the database, holding it.
                     listing = asyncio.create_task(a.get("/v1/operations", params=LISTING))
-                    await _until_waiting(lock, pg_schema, "writesafe_operations", 1)
+                    await _until_waiting(watch, pg_schema, "writesafe_operations", 1)
                     # B is admitted beside it: its status read reaches the database too.
                     status = asyncio.create_task(b.get("/v1/operations/k1"))
-                    await _until_waiting(lock, pg_schema, "writesafe_operations", 2)
+                    await _until_waiting(watch, pg_schema, "writesafe_operations", 2)
                     # With the keys locked as well, A's next request is refused without a
                     # lookup: had it looked its key up, it would wait here behind the lock.
                     await _lock(lock, pg_schema, "writesafe_api_keys")
                     refused = asyncio.create_task(a.get("/v1/operations/k1"))
                     looked_up = asyncio.create_task(
-                        _until_waiting(lock, pg_schema, "writesafe_api_keys", 1)
+                        _until_waiting(watch, pg_schema, "writesafe_api_keys", 1)
                     )
                     done, _ = await asyncio.wait(
                         {refused, looked_up}, return_when=asyncio.FIRST_COMPLETED
                     )
                     looked_up.cancel()
+                    with contextlib.suppress(asyncio.CancelledError):
+                        await looked_up
                     assert refused in done, "A's refusal waited for its key's lookup"
                 body = assert_problem(refused.result(), 429, "RATE_LIMITED")
                 assert "units of work in flight" in body["detail"]
