@@ -44,7 +44,7 @@ async def test_a_page_is_what_its_model_serializes(service: Service) -> None:
             items=[OperationSummary.from_record(row) for row in page_rows],
             next_cursor=next_cursor,
         )
-        assert answer.json() == page.model_dump(mode="json")
+        assert answer.json() == page.model_dump(mode="json", by_alias=True)
 
 
 @on_the_module_loop
@@ -67,4 +67,4 @@ async def test_a_page_larger_than_a_slice_is_streamed_and_the_same_json(service:
     page = OperationPage(
         items=[OperationSummary.from_record(row) for row in rows], next_cursor=None
     )
-    assert answer.json() == page.model_dump(mode="json")
+    assert answer.json() == page.model_dump(mode="json", by_alias=True)

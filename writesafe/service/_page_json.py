@@ -59,6 +59,7 @@ def _slices(rows: Sequence[OperationRecord], next_cursor: str | None) -> Iterato
 
 def _row_json(row: OperationRecord) -> bytes:
     summary = OperationSummary.from_record(row, with_result=False)
-    rest = summary.model_dump_json(exclude=_NO_RESULT).encode()
+    # By alias, as FastAPI answers a response model: the envelope's `schema_` is `schema`.
+    rest = summary.model_dump_json(exclude=_NO_RESULT, by_alias=True).encode()
     stored = b"null" if row.result is None else row.result.encode()
     return rest[:-1] + b',"result":' + stored + b"}"  # `rest` is an object with members
