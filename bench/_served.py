@@ -47,8 +47,11 @@ def _serve(
         async with WriteSafe(
             url, redis_url, schema=schema, redis_prefix=prefix, settings=settings
         ) as ws:
-            sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            # IPPROTO_TCP named: asyncio sets TCP_NODELAY only on sockets whose proto says TCP;
+            # with proto 0, Nagle held each keep-alive answer ~40 ms for the client's delayed ACK.
+            sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
             sock.bind(("127.0.0.1", 0))
+            sock.listen(2048)  # connections made before uvicorn serves wait in the backlog
             app = create_app(ws, ServiceSettings(**service))
             server = uvicorn.Server(uvicorn.Config(app, log_level="error"))
             port.put(sock.getsockname()[1])
