@@ -47,8 +47,9 @@ def refuse_hidden_characters(value: str, field: str, *, allowed: str = "") -> st
 
 def hidden_characters(allowed: str = "") -> str:
     """The body of a regular expression's character class that holds every control and format
-    character but `allowed`, as literal characters and ranges: a schema's `pattern` that says
-    what `refuse_hidden_characters` refuses, in a form every regex dialect reads alike."""
+    character but `allowed`: a schema's `pattern` that says what `refuse_hidden_characters`
+    refuses. Those of the Basic Multilingual Plane are written `\\uXXXX`, which Python's `re` and
+    ECMA-262 both read; the few beyond it have no escape both read, so they stand as themselves."""
     hidden = [
         code
         for block in _HIDDEN_BLOCKS
@@ -61,4 +62,8 @@ def hidden_characters(allowed: str = "") -> str:
             runs[-1] = (runs[-1][0], code)
         else:
             runs.append((code, code))
-    return "".join(chr(a) if a == b else f"{chr(a)}-{chr(b)}" for a, b in runs)
+    return "".join(_in_class(a) if a == b else f"{_in_class(a)}-{_in_class(b)}" for a, b in runs)
+
+
+def _in_class(code: int) -> str:
+    return f"\\u{code:04x}" if code <= 0xFFFF else chr(code)

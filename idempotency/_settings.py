@@ -8,6 +8,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 from writesafe.idempotency._results import DEFAULT_MAX_RESULT_BYTES
 from writesafe.idempotency._store_answers import DEFAULT_MAX_CACHED_BYTES
 from writesafe.ledger import DEFAULT_DATABASE_URL
+from writesafe.ledger._retention import DEFAULT_TOMBSTONE_RETENTION
 
 
 class SettingsRefused(ValueError):
@@ -33,6 +34,11 @@ class WriteSafeSettings(BaseSettings):
         default=86_400.0,
         gt=0,
         description="seconds a final operation and its attempts are kept (docs/operations.md)",
+    )
+    tombstone_retention: float = Field(
+        default=DEFAULT_TOMBSTONE_RETENTION.total_seconds(),
+        gt=0,
+        description="seconds a pruned key says 'expired' before it is 'never seen' again",
     )
     restore_check_seconds: float = Field(
         default=10.0,

@@ -34,6 +34,7 @@ import threading
 from collections.abc import Callable, Coroutine, Mapping
 from contextvars import Context, ContextVar
 from dataclasses import dataclass
+from datetime import datetime
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from writesafe.idempotency._context import (
@@ -315,6 +316,10 @@ class SyncWriteSafe:
     def status(self, key: str, *, scope: str = DEFAULT_SCOPE) -> OperationStatus | None:
         """`WriteSafe.status`, blocking."""
         return self._run(lambda twin: twin.status(key, scope=scope))
+
+    def expired(self, key: str, *, scope: str = DEFAULT_SCOPE) -> datetime | None:
+        """`WriteSafe.expired`, blocking: when retention pruned the key's operation, if it did."""
+        return self._run(lambda twin: twin.expired(key, scope=scope))
 
     def reconcile(
         self,

@@ -48,7 +48,10 @@ async def upgrade(engine: AsyncEngine, revision: str = "head") -> None:
 
     Many workers may start at once: PostgreSQL upgrades of one schema queue on an advisory lock
     (SQLite on its write lock), so the first one migrates and the others find the schema current.
+    A schema already at head is only read: its workers need not queue behind one another.
     """
+    if revision == "head" and await current_revision(engine) == head_revision():
+        return
     async with engine.begin() as connection:
         await in_ledger_schema(connection)
         if connection.dialect.name == "postgresql":

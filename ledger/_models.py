@@ -254,6 +254,8 @@ class PrunedKey(Base):
     "expired", not "never seen"; the key itself is free (its next call is a new operation)."""
 
     __tablename__ = "writesafe_pruned_keys"
+    # Retention forgets the oldest tombstones first (0007); only pruning writes this table.
+    __table_args__ = (Index("ix_writesafe_pruned_keys_pruned_at", "pruned_at"),)
 
     scope: Mapped[str] = mapped_column(String(255), primary_key=True)
     key: Mapped[str] = mapped_column(String(255), primary_key=True)

@@ -4,7 +4,10 @@ Only `succeeded` and `failed` operations whose last change is older than the ret
 deleted; `in_flight`, `outcome_unknown` and `needs_attention` ones are never touched, however old.
 A key whose operation was deleted is free: the next call with it is a new operation; a small
 tombstone (`writesafe_pruned_keys`: scope, key, when) lets its status say "expired" rather than
-"never seen" (`expired_at`). On SQLite the
+"never seen" (`expired_at`). Tombstones are themselves pruned once older than their own period
+(`tombstone_retention`, default 7 days), oldest first through their index on `pruned_at`: they
+only inform, and unbounded they would grow by one row per key ever used; a key whose tombstone
+went is "never seen" again. On SQLite the
 newest operation is kept until a newer one exists, so that no id is ever given twice (below).
 
 The pruner walks the primary key in windows of `batch_size` rows, so each batch reads a bounded
@@ -34,7 +37,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, cast
 
-from sqlalchemy import ColumnElement, Integer, Table, and_, bindparam, delete, func, select
+from sqlalchemy import ColumnElement, Integer, Table, and_, bindparam, delete, func, select, tuple_
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncConnection
 
@@ -48,7 +51,14 @@ FINAL_STATES = (Status.SUCCEEDED, Status.FAILED)
 """The states an operation may be pruned in."""
 
 DEFAULT_BATCH_SIZE = 500
-"""Operations deleted per transaction: small enough that no guarded call waits long for a lock."""
+"""Operations (or tombstones) deleted per transaction: small enough that no guarded call waits long
+for a lock."""
+
+DEFAULT_TOMBSTONE_RETENTION = timedelta(days=7)
+"""How long a pruned key says "expired" before it is "never seen" again: a caller that comes back
+within a week of the retention (a long weekend's outage, a queue that redelivers late) is told
+its key expired, for about the storage of one day's operations at the default retention
+(docs/operations.md)."""
 
 _SQLITE_REST = 3.0
 """SQLite's rest between batches, in multiples of the last batch's time: pruning is upkeep, and
@@ -61,6 +71,7 @@ class PruneReport:
 
     operations: int = 0
     attempts: int = 0
+    tombstones: int = 0
     batches: int = 0
     seconds: float = 0.0
     cutoff: datetime | None = None  # final operations last changed before it were due
@@ -69,6 +80,7 @@ class PruneReport:
         return PruneReport(
             operations=self.operations + other.operations,
             attempts=self.attempts + other.attempts,
+            tombstones=self.tombstones + other.tombstones,
             batches=self.batches + other.batches,
             seconds=self.seconds + other.seconds,
             cutoff=other.cutoff or self.cutoff,
@@ -79,16 +91,18 @@ async def prune(
     ledger: Ledger,
     retention: timedelta,
     *,
+    tombstone_retention: timedelta = DEFAULT_TOMBSTONE_RETENTION,
     batch_size: int = DEFAULT_BATCH_SIZE,
     stop: asyncio.Event | None = None,
 ) -> PruneReport:
-    """Delete the final operations (and their attempts) last changed more than `retention` ago.
+    """Delete the final operations (and their attempts) last changed more than `retention` ago,
+    then the tombstones of keys pruned more than `tombstone_retention` ago.
 
     Runs batch after batch until none is due or `stop` is set (the batch in hand completes, and
     on SQLite the rest after it).
     """
-    if retention <= timedelta(0):
-        raise ValueError("retention must be positive")
+    if retention <= timedelta(0) or tombstone_retention <= timedelta(0):
+        raise ValueError("retention and tombstone_retention must be positive")
     if batch_size < 1:
         raise ValueError("batch_size must be at least 1")
     started = time.perf_counter()
@@ -107,11 +121,23 @@ async def prune(
         after = batch.window[-1][0]
         if len(batch.window) < batch_size or all(fresh for _, fresh in batch.window):
             break
-        # Let the guarded calls queued behind the batch go first; on SQLite, rest three times as
-        # long as the batch took: a writer in another process, whose busy wait looks for the lock
-        # at growing intervals, then finds it free three times in four.
-        await asyncio.sleep(_SQLITE_REST * (time.perf_counter() - began) if ledger.is_sqlite else 0)
+        await _rest(ledger, began)
+    params = {"forget_before": now - tombstone_retention, "size": batch_size}
+    while stop is None or not stop.is_set():
+        began = time.perf_counter()
+        forgotten = await _tombstone_batch(ledger, params)
+        total += PruneReport(tombstones=forgotten, batches=1 if forgotten else 0)
+        if forgotten < batch_size:
+            break
+        await _rest(ledger, began)
     return dataclasses.replace(total, seconds=time.perf_counter() - started)
+
+
+async def _rest(ledger: Ledger, began: float) -> None:
+    """Let the guarded calls queued behind the batch begun at `began` go first; on SQLite, rest
+    three times as long as it took: a writer in another process, whose busy wait looks for the
+    lock at growing intervals, then finds it free three times in four."""
+    await asyncio.sleep(_SQLITE_REST * (time.perf_counter() - began) if ledger.is_sqlite else 0)
 
 
 @dataclass(frozen=True, slots=True)
@@ -152,6 +178,33 @@ def _tombstones(insert: Callable[[Table], Any], due: ColumnElement[bool]) -> Any
     return statement.on_conflict_do_update(
         index_elements=["scope", "key"], set_={"pruned_at": statement.excluded.pruned_at}
     )
+
+
+# The oldest tombstones past their period, at most a batch of them (through their `pruned_at`
+# index), and their deletion.
+_FORGET_BEFORE = bindparam("forget_before", type_=pruned_keys.c.pruned_at.type)
+_OLD_TOMBSTONES = (
+    select(pruned_keys.c.scope, pruned_keys.c.key)
+    .where(pruned_keys.c.pruned_at < _FORGET_BEFORE)
+    .order_by(pruned_keys.c.pruned_at)
+    .limit(bindparam("size", type_=Integer()))
+)
+_TOMBSTONE_KEY = tuple_(pruned_keys.c.scope, pruned_keys.c.key)
+# PostgreSQL skips tombstones another pruner holds, as it skips operations.
+_FORGET = delete(pruned_keys).where(
+    _TOMBSTONE_KEY.in_(_OLD_TOMBSTONES.with_for_update(skip_locked=True))
+)
+_SQLITE_FORGET = SqliteStatement.of(delete(pruned_keys).where(_TOMBSTONE_KEY.in_(_OLD_TOMBSTONES)))
+
+
+async def _tombstone_batch(ledger: Ledger, params: dict[str, Any]) -> int:
+    """Delete a batch of tombstones past their period; how many went."""
+    if isinstance(ledger.writer, SqliteWriter):
+        return await ledger.writer.transaction(
+            lambda cursor: _SQLITE_FORGET.run(cursor, params).rowcount
+        )
+    async with ledger.engine.begin() as conn:
+        return (await conn.execute(_FORGET, params)).rowcount
 
 
 async def expired_at(ledger: Ledger, scope: str, key: str) -> datetime | None:

@@ -1,14 +1,61 @@
-"""Serving an ASGI app with uvicorn on 127.0.0.1 inside a test's event loop."""
+"""Loopback serving for tests: a free port, an ASGI app under uvicorn inside a test's event
+loop, and the real `writesafe serve` command in a process of its own."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import signal
 import socket
-from collections.abc import AsyncIterator
+import subprocess
+import time
+from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
+import httpx
 import uvicorn
+
+
+def free_port() -> int:
+    """A loopback port that is free now (for a server in another process to bind)."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def wait_until_healthy(process: subprocess.Popen[str], base: str, timeout: float = 60) -> None:
+    """Return once `base`/healthz answers 200; fail as soon as `process` exits instead."""
+    deadline = time.monotonic() + timeout
+    while True:
+        assert process.poll() is None, process.communicate()
+        with contextlib.suppress(httpx.TransportError):
+            if httpx.get(f"{base}/healthz").status_code == 200:
+                return
+        assert time.monotonic() < deadline, "writesafe serve did not start"
+        time.sleep(0.1)
+
+
+@contextlib.contextmanager
+def serving(command: Sequence[str], *, cwd: Path, env: Mapping[str, str]) -> Iterator[str]:
+    """`command` (a `writesafe serve …`) with `--port` a free port, in a process of its own;
+    yields its base URL once healthy, then stops it with SIGTERM and expects a clean exit."""
+    port = free_port()
+    process = subprocess.Popen(
+        [*command, "--port", str(port)],
+        cwd=cwd,
+        env=dict(env),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    base = f"http://127.0.0.1:{port}"
+    try:
+        wait_until_healthy(process, base)
+        yield base
+    finally:
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(timeout=30) == 0, process.communicate()
 
 
 @contextlib.asynccontextmanager

@@ -19,6 +19,7 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 from tests.conftest import PG_URL
+from tests.loopback import free_port
 
 PGBOUNCER = "/usr/sbin/pgbouncer"
 
@@ -44,12 +45,6 @@ def available() -> bool:
     return Path(PGBOUNCER).exists()
 
 
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
-
-
 @contextlib.contextmanager
 def pgbouncer(
     mode: str,
@@ -61,7 +56,7 @@ def pgbouncer(
     """Run a PgBouncer in `mode` (`transaction` or `session`); yields the ledger URL through it
     (PG_URL with the port changed), and stops it afterwards."""
     folder = Path(tempfile.mkdtemp(prefix="ws-pgbouncer-"))
-    port = _free_port()
+    port = free_port()
     (folder / "userlist.txt").write_text("".join(f'"{user}" ""\n' for user in users))
     (folder / "pgbouncer.ini").write_text(
         _CONFIG.format(

@@ -69,7 +69,7 @@ def _differences(connection: Connection) -> list[object]:
 async def test_the_migrations_build_exactly_the_modelled_schema(make_ws: MakeWriteSafe) -> None:
     ws = make_ws(auto_migrate=True)
     await ws.start()
-    assert head_revision() == "0006"
+    assert head_revision() == "0007"
     async with ws.ledger.engine.connect() as conn:
         await in_ledger_schema(conn)
         assert await conn.run_sync(_differences) == []

@@ -122,3 +122,23 @@ async def test_an_upgrade_waits_only_for_upgrades_of_its_own_schema(
     finally:
         for ledger in (busy, same, elsewhere):
             await ledger.close()
+
+
+async def test_a_worker_finding_its_schema_current_does_not_queue_for_the_lock(
+    pg_schema: str,
+) -> None:
+    """Eight workers starting at once on a migrated schema each only read its revision: under
+    load, queueing each behind the others' upgrade transactions ran past the command timeout."""
+    busy, starting = (
+        Ledger.from_url(PG_URL, schema=pg_schema),
+        Ledger.from_url(PG_URL, schema=pg_schema),
+    )
+    try:
+        await busy.migrate()
+        async with busy.engine.begin() as upgrading:  # another worker's upgrade holds the lock
+            await in_ledger_schema(upgrading)
+            await upgrading.execute(_LOCK_SCHEMA, {"key": _MIGRATION_LOCK})
+            await asyncio.wait_for(starting.migrate(), 30)
+    finally:
+        for ledger in (busy, starting):
+            await ledger.close()

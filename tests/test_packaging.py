@@ -5,12 +5,10 @@ ships; a user's code type-checks under `mypy --strict` from the README's install
 from __future__ import annotations
 
 import os
-import signal
-import socket
+import re
 import subprocess
 import sys
 import tarfile
-import time
 import zipfile
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -18,6 +16,8 @@ from pathlib import Path
 
 import httpx
 import pytest
+
+from tests.loopback import serving
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -118,42 +118,13 @@ async def submit_order(order: dict[str, str]) -> dict[str, str]:
 """
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 @pytest.fixture
 def served(installed: Path, tmp_path: Path) -> Iterator[str]:
     """`writesafe serve shop:ws` from the venv on a free port, its app in a directory of its own."""
     (tmp_path / "shop.py").write_text(APP.format(db=tmp_path / "ledger.db"))
-    port = free_port()
-    command = [str(installed / "bin" / "writesafe"), "serve", "shop:ws", "--port", str(port)]
-    process = subprocess.Popen(
-        command,
-        cwd=tmp_path,
-        env=outside_env(),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    base = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 60
-        while True:
-            assert process.poll() is None, process.communicate()
-            try:
-                if httpx.get(f"{base}/healthz").status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            assert time.monotonic() < deadline, "writesafe serve did not start"
-            time.sleep(0.1)
+    command = [str(installed / "bin" / "writesafe"), "serve", "shop:ws"]
+    with serving(command, cwd=tmp_path, env=outside_env()) as base:
         yield base
-    finally:
-        process.send_signal(signal.SIGTERM)
-        assert process.wait(timeout=30) == 0, process.communicate()
 
 
 def test_the_installed_service_serves_the_console_and_its_openapi(served: str) -> None:
@@ -197,6 +168,26 @@ async def main() -> str:
 """
 
 
+# What a user gets wrong: each line is the one error mypy must report there (`# error: CODE`).
+USER_MISTAKES = """
+from writesafe import WriteSafe
+
+ws = WriteSafe()
+
+
+@ws.tool("submit_order")
+async def submit_order(order: dict[str, str], quantity: int) -> dict[str, str]:
+    return order
+
+
+async def main() -> None:
+    await submit_order.key("ord-7")({"sku": "A1"}, "two")  # error: arg-type
+    await submit_order.key("ord-7", scop="tenant-a")({"sku": "A1"}, 2)  # error: call-arg
+    await submit_order.key("ord-7")({"sku": "A1"})  # error: call-arg
+    await submit_order({"sku": "A1"}, 2, idempotency_kay="ord-7")  # error: call-arg
+"""
+
+
 def strict_mypy(python: Path, module: Path, cache: Path) -> subprocess.CompletedProcess[str]:
     """`mypy --strict` on `module` as its own project, finding writesafe where `python` does:
     no MYPYPATH, no checkout on the path, so only an install mypy can follow passes."""
@@ -219,6 +210,24 @@ def test_a_user_snippet_passes_strict_mypy_under_the_readme_install(tmp_path: Pa
     # The checkout's cache is kept between runs: the packages it checks are at the same paths.
     done = strict_mypy(Path(sys.executable), snippet, ROOT / ".mypy_cache" / "user-snippet")
     assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_a_wrong_payload_and_a_misspelt_option_are_type_errors(tmp_path: Path) -> None:
+    snippet = tmp_path / "user_mistakes.py"
+    snippet.write_text(USER_MISTAKES)
+    done = strict_mypy(Path(sys.executable), snippet, ROOT / ".mypy_cache" / "user-snippet")
+    expected = {
+        (number, line.rsplit("# error: ", 1)[1])
+        for number, line in enumerate(USER_MISTAKES.splitlines(), start=1)
+        if "# error: " in line
+    }
+    reported = {
+        (int(found[1]), found[2])
+        for found in re.finditer(
+            r"user_mistakes\.py:(\d+): error: .*\[([a-z-]+)\]$", done.stdout, re.M
+        )
+    }
+    assert reported == expected, done.stdout + done.stderr
 
 
 # The sdist's wheel holds the same files (the first test): mypy runs once, on the wheel's install.

@@ -6,12 +6,10 @@ lookups are counted across processes. The reconciler runs as the real `writesafe
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import select as io_select
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -27,6 +25,7 @@ from sqlalchemy import func, insert, select
 
 from tests.apps.shop_db import ShopDB
 from tests.conftest import PG_URL, run_sync
+from tests.loopback import free_port, wait_until_healthy
 from writesafe import Status
 from writesafe.ledger import ApiKeys, Attempt, AttemptKind, Ledger, Operation, Role, dumps_json
 from writesafe.ledger._migrations import in_ledger_schema
@@ -251,14 +250,14 @@ def test_two_reconcilers_and_a_service_look_each_operation_up_once(
     run_sync(deployment.shop.seed(keys[::2], "A1"))
     token = run_sync(_admin_token(deployment))
     slow = {"SHOP_LOOKUP_LATENCY": "0.05", "WRITESAFE_RECONCILE_BATCH": "4"}
-    port = _free_port()
+    port = free_port()
     app = "tests.apps.shop_app:ws"
     service = deployment.spawn(
         str(WRITESAFE), "serve", app, "--host", "127.0.0.1", "--port", str(port), extra=slow
     )
     base = f"http://127.0.0.1:{port}"
     try:
-        _wait_until_healthy(service, base)
+        wait_until_healthy(service, base)
         workers = [
             deployment.spawn(str(WRITESAFE), "reconcile", app, "--once", "--json", extra=slow)
             for _ in range(2)
@@ -297,13 +296,13 @@ def test_a_service_that_made_a_pass_leaves_the_sqlite_ledger_to_the_cli(
     run_sync(_seed_unknown(deployment, ["k1", "k2"]))
     run_sync(deployment.shop.seed(["k1"], "A1"))
     token = run_sync(_admin_token(deployment))
-    port, app = _free_port(), "tests.apps.shop_app:ws"
+    port, app = free_port(), "tests.apps.shop_app:ws"
     service = deployment.spawn(
         str(WRITESAFE), "serve", app, "--host", "127.0.0.1", "--port", str(port)
     )
     base = f"http://127.0.0.1:{port}"
     try:
-        _wait_until_healthy(service, base)
+        wait_until_healthy(service, base)
         headers = {"Authorization": f"Bearer {token}"}
         answer = httpx.post(f"{base}/v1/reconcile", headers=headers, json={"limit": 1})
         assert answer.status_code == 200, answer.text
@@ -317,23 +316,6 @@ def test_a_service_that_made_a_pass_leaves_the_sqlite_ledger_to_the_cli(
     finally:
         service.send_signal(signal.SIGTERM)
         service.communicate(timeout=60)
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-def _wait_until_healthy(service: subprocess.Popen[str], base: str) -> None:
-    deadline = time.monotonic() + 60
-    while True:
-        assert service.poll() is None, service.communicate()
-        with contextlib.suppress(httpx.TransportError):
-            if httpx.get(f"{base}/healthz").status_code == 200:
-                return
-        assert time.monotonic() < deadline, "writesafe serve did not start"
-        time.sleep(0.1)
 
 
 async def _admin_token(deployment: Deployment) -> str:

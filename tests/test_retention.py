@@ -26,6 +26,7 @@ from writesafe import WriteSafe, WriteSafeSettings
 from writesafe.cli import app
 from writesafe.idempotency._settings import SettingsRefused
 from writesafe.ledger import Intent, Outcome, Status, prune
+from writesafe.ledger._retention import DEFAULT_TOMBSTONE_RETENTION, pruned_keys
 from writesafe.ledger._writer import attempts, operations
 from writesafe.reconciler._retention_bound import retention_refusal
 
@@ -74,6 +75,14 @@ async def _age(ws: WriteSafe, keys: list[str], by: timedelta) -> None:
             .where(operations.c.key.in_(keys))
             .values(created_at=now - by, updated_at=now - by)
         )
+
+
+async def _tombstones(ws: WriteSafe, ages: dict[str, timedelta]) -> None:
+    """Tombstones for the keys of `ages`, each left that long ago, as pruning leaves them."""
+    now = await ws.ledger.now()
+    rows = [{"scope": "default", "key": k, "pruned_at": now - age} for k, age in ages.items()]
+    async with ws.ledger.engine.begin() as conn:
+        await conn.execute(pruned_keys.insert(), rows)
 
 
 async def _keys(ws: WriteSafe) -> set[str]:
@@ -129,6 +138,7 @@ async def test_a_pruned_key_is_a_new_operation(make_ws: MakeWriteSafe) -> None:
     pruned_at = await ws.expired("k")
     assert pruned_at is not None
     assert abs(pruned_at - await ws.ledger.now()) < timedelta(hours=1)
+    assert await asyncio.to_thread(ws.sync.expired, "k") == pruned_at  # the blocking face too
     assert await ws.expired("never") is None
     assert await ws.expired("later") is None
 
@@ -137,6 +147,33 @@ async def test_a_pruned_key_is_a_new_operation(make_ws: MakeWriteSafe) -> None:
     status = await ws.status("k")
     assert status is not None
     assert status.executions == 1
+
+
+@on_both_ledgers
+async def test_tombstones_past_their_period_go_and_their_keys_are_never_seen_again(
+    make_ws: MakeWriteSafe,
+) -> None:
+    """Tombstones are bounded: each pass forgets those older than `tombstone_retention`, oldest
+    first, in batches; a younger one keeps saying "expired"."""
+    ws = make_ws()
+    await ws.start()
+    week, day = DEFAULT_TOMBSTONE_RETENTION, timedelta(days=1)
+    await _tombstones(ws, {"old-1": week + day, "old-2": week + 2 * day, "young": week - day})
+    await _operation(ws, "k", Status.SUCCEEDED)
+    await _operation(ws, "newest", Status.SUCCEEDED)  # SQLite keeps its newest operation
+    await _age(ws, ["k"], LONG_AGO)
+
+    report = await prune(ws.ledger, RETENTION, batch_size=1)
+
+    assert (report.operations, report.tombstones) == (1, 2)
+    assert report.batches >= 3  # one operation, then one tombstone per batch
+    assert await ws.expired("old-1") is None  # "never seen" again
+    assert await ws.expired("old-2") is None
+    assert await ws.expired("young") is not None
+    assert await ws.expired("k") is not None  # just pruned: its tombstone is the youngest
+    again = await prune(ws.ledger, RETENTION, tombstone_retention=day)
+    assert again.tombstones == 1  # "young" is past a one-day period; "k" is not
+    assert (await ws.expired("young"), await ws.expired("k") is not None) == (None, True)
 
 
 async def test_sqlite_keeps_its_newest_operation_so_that_no_id_is_given_twice(
@@ -278,18 +315,23 @@ async def test_the_cli_prunes_and_reports(
     await _operation(ws, "old", Status.SUCCEEDED)
     await _operation(ws, "new", Status.SUCCEEDED)
     await _age(ws, ["old"], timedelta(seconds=120))
+    await _tombstones(ws, {"gone": timedelta(hours=2), "kept": timedelta(minutes=30)})
     await ws.close()
     arguments = ["db", "prune", "--database-url", store_options["database_url"]]
     if "schema" in store_options:
         arguments += ["--schema", store_options["schema"]]
 
     result = await asyncio.to_thread(
-        CliRunner().invoke, app, [*arguments, "--older-than", "60", "--json"]
+        CliRunner().invoke,
+        app,
+        [*arguments, "--older-than", "60", "--json"],
+        env={"WRITESAFE_TOMBSTONE_RETENTION": "3600"},
     )
 
     assert result.exit_code == 0, result.output
     assert '"pruned_operations": 1' in result.output
     assert '"pruned_attempts": 1' in result.output
+    assert '"pruned_tombstones": 1' in result.output
     assert await _keys(make_ws()) == {"new"}
 
 

@@ -65,7 +65,7 @@ class OrdersRunner:
             submit = _submit_order_tool(ws, http, adapter)
             ending: dict[str, Any] = {"action": "complete", "disposition": "success"}
             try:
-                await submit(request, idempotency_key=key)
+                await submit.key(key)(request)
             except WriteSafeError as error:
                 envelope = error.envelope
                 verdict = ws.codes.verdict(envelope.code)

@@ -115,9 +115,7 @@ async def _client(
         for index, (reference, authenticated) in enumerate(calls):
             session.token = VALID_TOKEN if authenticated else EXPIRED_TOKEN
             try:
-                await lookup_shipment(
-                    reference, idempotency_key=case["id"], auth_context=session.token
-                )
+                await lookup_shipment.key(case["id"], auth_context=session.token)(reference)
             except WriteSafeError as error:
                 envelope = error.envelope
                 action = CLIENT_ACTIONS.get(envelope.next_action, envelope.next_action.value)

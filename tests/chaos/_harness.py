@@ -16,7 +16,6 @@ import json
 import os
 import random
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -35,6 +34,7 @@ from tests.chaos._plan import DriverFault, Plan, order_refs, plan_to_json
 from tests.chaos._skew import skewed
 from tests.chaos._stalls import Stalls
 from tests.chaos._worker import read_journal
+from tests.loopback import free_port
 from tests.pgbouncer import pgbouncer
 from writesafe.ledger import Ledger, Status
 
@@ -68,12 +68,6 @@ class Report:
         return self.verdict.ok
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 def _dsn(url: str, user: str | None = None) -> str:
     dsn = url.replace("postgresql+asyncpg://", "postgresql://")
     if user is not None:
@@ -87,8 +81,8 @@ class Servers:
     def __init__(self, run_dir: Path, plan: Plan) -> None:
         self.run_dir = run_dir
         self.plan = plan
-        self.redis_port = _free_port()
-        self.shop_port = _free_port()
+        self.redis_port = free_port()
+        self.shop_port = free_port()
         self.redis: subprocess.Popen[bytes] | None = None
         self.shop: subprocess.Popen[bytes] | None = None
 

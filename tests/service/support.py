@@ -8,15 +8,18 @@ import contextlib
 import time
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
+from datetime import datetime, timedelta
 from typing import Any
 
 import httpx
 import pytest
 from fastapi import FastAPI
+from sqlalchemy import update
 
 from tests.loopback import on_loopback
 from writesafe import Found, Tool, ToolError, Unknown, WriteSafe
-from writesafe.ledger import ApiKeys, Role, Status
+from writesafe.ledger import ApiKeys, Role, Status, prune
+from writesafe.ledger._writer import operations
 from writesafe.reconciler import PROBLEM_MEDIA_TYPE
 from writesafe.service import create_api_key
 from writesafe.service._problems import SERVICE_CODES
@@ -98,6 +101,24 @@ async def seed(ws: WriteSafe, scope: str, prefix: str = "") -> dict[str, Status]
         f"{prefix}lost": Status.OUTCOME_UNKNOWN,
         f"{prefix}stuck": Status.NEEDS_ATTENTION,
     }
+
+
+async def expire(ws: WriteSafe, scope: str, key: str) -> datetime:
+    """Prune `key`'s final operation in `scope` as retention does a day later; when it did.
+    (Only that row is aged, so the pass prunes nothing of the module's other tests; on SQLite
+    it must not be the newest operation, which waits for a newer one.)"""
+    day_old = await ws.ledger.now() - timedelta(hours=25)
+    async with ws.ledger.engine.begin() as conn:
+        await conn.execute(
+            update(operations)
+            .where(operations.c.scope == scope, operations.c.key == key)
+            .values(created_at=day_old, updated_at=day_old)
+        )
+    await prune(ws.ledger, timedelta(hours=24))
+    assert await ws.status(key, scope=scope) is None
+    pruned_at = await ws.expired(key, scope=scope)
+    assert pruned_at is not None
+    return pruned_at
 
 
 def _order_tool(ws: WriteSafe, name: str) -> Tool[dict[str, Any]]:

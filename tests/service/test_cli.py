@@ -8,11 +8,7 @@ from __future__ import annotations
 
 import json
 import os
-import signal
-import socket
-import subprocess
 import sys
-import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -24,6 +20,7 @@ import pytest
 from typer.testing import CliRunner, Result
 
 from tests.conftest import PG_URL
+from tests.loopback import free_port, serving
 from writesafe.cli import app as cli_app
 
 APP = """
@@ -62,41 +59,15 @@ def project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Project:
     return made
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 @pytest.fixture
 def server(project: Project) -> Iterator[str]:
     """`writesafe serve <app> --host 127.0.0.1 --port <free>` in its own process."""
-    port = free_port()
     command = [sys.executable, "-c", "from writesafe.cli import main; main()", "serve"]
-    process = subprocess.Popen(
-        [*command, f"{project.module}:ws", "--host", "127.0.0.1", "--port", str(port)],
-        cwd=project.path,
-        env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)},
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    base = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 60
-        while True:
-            assert process.poll() is None, process.communicate()
-            try:
-                if httpx.get(f"{base}/healthz").status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            assert time.monotonic() < deadline, "writesafe serve did not start"
-            time.sleep(0.1)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    with serving(
+        [*command, f"{project.module}:ws", "--host", "127.0.0.1"], cwd=project.path, env=env
+    ) as base:
         yield base
-    finally:
-        process.send_signal(signal.SIGTERM)
-        assert process.wait(timeout=30) == 0, process.communicate()
 
 
 @pytest.mark.slow

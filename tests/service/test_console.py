@@ -15,7 +15,7 @@ from datetime import UTC, datetime, timedelta
 import httpx
 import pytest
 
-from tests.service.support import Service, on_the_module_loop, seed
+from tests.service.support import Service, expire, on_the_module_loop, seed
 from writesafe.ledger import ApiKeys, Role, Status
 from writesafe.service._console_chart import HEIGHT, hourly_chart
 
@@ -187,6 +187,24 @@ async def test_an_operator_resolves_only_in_its_own_tenant(service: Service) -> 
     untouched = await service.ws.status("b-lost", scope=tenant_b)
     assert untouched is not None
     assert untouched.status is Status.OUTCOME_UNKNOWN
+
+
+@on_the_module_loop
+async def test_a_pruned_key_s_page_says_it_expired_in_its_tenant_only(service: Service) -> None:
+    tenant_a, tenant_b = service.scopes
+    await seed(service.ws, tenant_a)
+    await expire(service.ws, tenant_a, "ok")
+    async with signed_in(service, tenant_a, Role.OPERATOR) as operator:
+        page = await operator.get("/console/operations/ok")
+        form = {"csrf": _csrf(await operator.get("/console/")), "outcome": "failed", "reason": "r"}
+        resolved = await operator.post("/console/operations/ok", data=form)
+    async with signed_in(service, tenant_b, Role.OPERATOR) as foreign:
+        elsewhere = await foreign.get("/console/operations/ok")
+    for answer in (page, resolved):
+        assert answer.status_code == 410
+        assert "the operation under this key expired: retention pruned it at" in answer.text
+    assert elsewhere.status_code == 404
+    assert "expired" not in elsewhere.text
 
 
 @pytest.mark.parametrize(

@@ -11,10 +11,7 @@ from __future__ import annotations
 import base64
 import contextlib
 import os
-import signal
-import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,8 +23,8 @@ from sqlalchemy import text
 
 from tests.apps.console_app import register
 from tests.conftest import PG_URL, REDIS_URL, run_sync
+from tests.loopback import serving
 from tests.service.support import issue_keys
-from tests.service.test_cli import free_port
 from writesafe import WriteSafe
 from writesafe.ledger import Role, Status
 from writesafe.ledger._migrations import in_ledger_schema
@@ -118,7 +115,6 @@ def deployment(pg_schema: str, redis_prefix: str) -> Iterator[Deployment]:
     options = {"database_url": PG_URL, "schema": pg_schema, "redis_url": REDIS_URL}
     options |= {"redis_prefix": redis_prefix, "auto_migrate": True}
     tokens = run_sync(_seed(options))
-    port = free_port()
     env = {
         **os.environ,
         "PYTHONPATH": os.pathsep.join(sys.path),
@@ -128,28 +124,9 @@ def deployment(pg_schema: str, redis_prefix: str) -> Iterator[Deployment]:
         "WRITESAFE_REDIS_PREFIX": redis_prefix,
     }
     command = [sys.executable, "-c", "from writesafe.cli import main; main()", "serve"]
-    process = subprocess.Popen(
-        [*command, "tests.apps.console_app:ws", "--port", str(port), "--log-level", "warning"],
-        cwd=ROOT,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    base = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 60
-        while True:
-            assert process.poll() is None, process.communicate()
-            with contextlib.suppress(httpx.TransportError):
-                if httpx.get(f"{base}/healthz").status_code == 200:
-                    break
-            assert time.monotonic() < deadline, "writesafe serve did not start"
-            time.sleep(0.1)
+    app = [*command, "tests.apps.console_app:ws", "--log-level", "warning"]
+    with serving(app, cwd=ROOT, env=env) as base:
         yield Deployment(base, tokens)
-    finally:
-        process.send_signal(signal.SIGTERM)
-        assert process.wait(timeout=30) == 0, process.communicate()
 
 
 @pytest.fixture

@@ -41,6 +41,7 @@ def test_every_documented_problem_requires_a_code() -> None:
         if int(status) >= 400
         for content in response["content"].values()
     }
-    assert problems == {"ProblemDetails", "EnvelopeProblem"}
+    assert problems == {"ProblemDetails", "EnvelopeProblem", "ExpiredProblem"}
     for name in problems:
         assert "code" in schemas[name]["required"], name
+    assert "expired_at" in schemas["ExpiredProblem"]["required"]

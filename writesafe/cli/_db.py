@@ -95,7 +95,8 @@ OlderThanOption = Annotated[
     ),
 ]
 BatchOption = Annotated[
-    int, typer.Option("--batch-size", min=1, help="Operations deleted per transaction.")
+    int,
+    typer.Option("--batch-size", min=1, help="Operations (or tombstones) deleted per transaction."),
 ]
 
 
@@ -109,13 +110,19 @@ def prune_command(
     as_json: JsonOption = False,
 ) -> None:
     """Delete succeeded and failed operations past the retention period, with their attempts, in
-    short batches; never in_flight, outcome_unknown or needs_attention ones. A pruned key is new."""
+    short batches; never in_flight, outcome_unknown or needs_attention ones. A pruned key is new.
+    Then tombstones older than WRITESAFE_TOMBSTONE_RETENTION (7 days): those keys are never seen."""
     ws = app_or_settings(app, database_url, schema)
     retention = timedelta(seconds=ws.settings.retention if older_than is None else older_than)
 
     async def pruned(ws: WriteSafe) -> PruneReport:
         await ws.ledger.check_schema()
-        return await prune(ws.ledger, retention, batch_size=batch_size)
+        return await prune(
+            ws.ledger,
+            retention,
+            tombstone_retention=timedelta(seconds=ws.settings.tombstone_retention),
+            batch_size=batch_size,
+        )
 
     report = run(ws, pruned)
     if as_json:
@@ -123,7 +130,9 @@ def prune_command(
     else:
         Console().print(
             f"pruned {report.operations} operations and {report.attempts} attempts "
-            f"last changed before {report.cutoff:%Y-%m-%d %H:%M:%S} UTC "
+            f"last changed before {report.cutoff:%Y-%m-%d %H:%M:%S} UTC, and "
+            f"{report.tombstones} tombstones of keys pruned over "
+            f"{ws.settings.tombstone_retention:g}s ago "
             f"({report.batches} batches, {report.seconds:.2f}s)",
             highlight=False,
         )
@@ -134,6 +143,7 @@ def prune_summary(report: PruneReport) -> dict[str, object]:
     return {
         "pruned_operations": report.operations,
         "pruned_attempts": report.attempts,
+        "pruned_tombstones": report.tombstones,
         "batches": report.batches,
         "seconds": round(report.seconds, 3),
         "cutoff": None if report.cutoff is None else report.cutoff.isoformat(),

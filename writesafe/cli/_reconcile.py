@@ -170,12 +170,20 @@ class _Pass:
         return total
 
     async def _prune(self, stop: asyncio.Event) -> None:
-        retention = timedelta(seconds=self.ws.settings.retention)
-        pruned = await prune(self.ws.ledger, retention, stop=stop)
+        settings = self.ws.settings
+        pruned = await prune(
+            self.ws.ledger,
+            timedelta(seconds=settings.retention),
+            tombstone_retention=timedelta(seconds=settings.tombstone_retention),
+            stop=stop,
+        )
         if self.as_json:
             print(json.dumps(prune_summary(pruned)), flush=True)
-        elif pruned.operations:
-            err.print(f"pruned {pruned.operations} operations, {pruned.attempts} attempts")
+        elif pruned.operations or pruned.tombstones:
+            err.print(
+                f"pruned {pruned.operations} operations, {pruned.attempts} attempts, "
+                f"{pruned.tombstones} tombstones"
+            )
 
     async def _pass(
         self, stop: asyncio.Event, on_progress: Callable[[ReconcileReport], None] | None = None

@@ -132,4 +132,6 @@ def _describe(schema: JsonSchema, parameter: dict[str, Any] | None = None) -> st
 
 
 def _cell(text: str) -> str:
-    return text.replace("|", "\\|").replace("\n", " ")
+    # A character a reader cannot see (a pattern's format characters) is shown by its escape.
+    text = text.replace("|", "\\|").replace("\n", " ")
+    return "".join(char if char.isprintable() else f"\\U{ord(char):08x}" for char in text)

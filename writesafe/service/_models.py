@@ -65,14 +65,15 @@ class AttemptList(BaseModel):
 
 
 class _Resolution(BaseModel):
-    model_config = ConfigDict(extra="forbid", strict=True)
+    model_config = ConfigDict(extra="forbid", strict=True, regex_engine="python-re")
 
     reason: str = Field(
         min_length=1,
         max_length=REASON_LIMIT,
-        # `resolve` decides (blank, or a hidden character other than a line break or a tab, is
-        # INPUT_INVALID naming the character); the schema only says so. Python's `\s` is what
-        # the ledger strips.
+        # Not blank and no NUL, checked here; Python's `\s` is what the ledger strips. The
+        # schema says more: `resolve` also refuses every other control or format character but
+        # line breaks and tabs, and names the one it found.
+        pattern=r"^[^\x00]*[^\s\x00][^\x00]*$",
         json_schema_extra={"pattern": f"^[^{_HIDDEN}]*[^\\s{_HIDDEN}][^{_HIDDEN}]*$"},
         description="Why, with the evidence checked (kept in the audit record).",
     )

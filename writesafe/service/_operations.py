@@ -31,6 +31,7 @@ from writesafe.service._models import (
     ResolveSucceeded,
 )
 from writesafe.service._openapi import problems
+from writesafe.service._problems import Expired
 from writesafe.service._reads import read
 
 KeyPath = Annotated[
@@ -53,7 +54,7 @@ def operations_router(
     @router.get(
         "/operations/{key}",
         response_model=OperationStatus,
-        responses=problems(401, 404, 422, 429, 503),
+        responses=problems(401, 404, 410, 422, 429, 503),
         summary="An operation's status, result or error, and attempts",
     )
     async def get_operation(
@@ -64,7 +65,7 @@ def operations_router(
     @router.get(
         "/operations/{key}/attempts",
         response_model=AttemptList,
-        responses=problems(401, 404, 422, 429, 503),
+        responses=problems(401, 404, 410, 422, 429, 503),
         summary="Every audited attempt of an operation, oldest first",
     )
     async def get_attempts(
@@ -90,7 +91,7 @@ def operations_router(
     @router.post(
         "/operations/{key}/resolve",
         response_model=OperationStatus,
-        responses=problems(401, 403, 404, 409, 413, 422, 429, 503),
+        responses=problems(401, 403, 404, 409, 410, 413, 422, 429, 503),
         summary=(
             "Resolve a needs_attention operation, or an outcome_unknown one with evidence, as "
             "succeeded or failed (operators; audited)"
@@ -110,11 +111,22 @@ _NOT_FOUND = "no operation with this key in the API key's scope"
 
 
 async def find(ws: WriteSafe, key: str, scope: str) -> OperationStatus:
-    """The operation under `key` in `scope`; 404 when absent, in another scope, or unusable."""
-    found = await read("a status", lambda: ws.status(key, scope=scope)) if _usable(key) else None
-    if found is None:
+    """The operation under `key` in `scope`; 410 when retention pruned it, 404 when absent, in
+    another scope, or unusable."""
+    if not _usable(key):
         raise HTTPException(404, _NOT_FOUND)
+    found = await read("a status", lambda: ws.status(key, scope=scope))
+    if found is None:
+        raise await _missing(ws, key, scope)
     return found
+
+
+async def _missing(ws: WriteSafe, key: str, scope: str) -> HTTPException:
+    """Why `key` has no operation in `scope`: 410 `EXPIRED` if retention pruned it there, so a
+    client can tell a key it used from one it never did; else 404. Only `scope`'s tombstones are
+    read: a key another tenant used, pruned or not, stays a plain 404."""
+    pruned = await read("a tombstone", lambda: ws.expired(key, scope=scope))
+    return HTTPException(404, _NOT_FOUND) if pruned is None else Expired(pruned)
 
 
 def _position(ctx: ServiceContext, cursor: str, scope: str) -> tuple[datetime, int]:
@@ -160,7 +172,8 @@ async def list_page(ctx: ServiceContext, scope: str, query: ListQuery) -> Operat
 async def resolve(
     ctx: ServiceContext, key: str, caller: Principal, body: ResolveRequest
 ) -> OperationStatus:
-    """`caller`'s verdict on `key` in its scope, audited; 404 when absent, 409 when settled."""
+    """`caller`'s verdict on `key` in its scope, audited; 404 when absent, 410 when pruned, 409
+    when settled."""
     if not _usable(key):
         raise HTTPException(404, _NOT_FOUND)
     try:
@@ -174,7 +187,7 @@ async def resolve(
             evidence=body.evidence,
         )
     except OperationNotFound as error:
-        raise HTTPException(404, _NOT_FOUND) from error
+        raise await _missing(ctx.ws, key, caller.scope) from error
     except ResolutionRefused as error:
         raise HTTPException(409, str(error)) from error
     RESOLUTIONS.labels(body.outcome).inc()

@@ -3,7 +3,7 @@
 Errors the contract has a code for (401 AUTH_REQUIRED, 403 ACCESS_DENIED, 422 INPUT_INVALID,
 429 RATE_LIMITED, 503 TEMP_UNAVAILABLE, and any `WriteSafeError`) are the envelope rendered by
 `reconciler.to_problem`, so software branches on `code` here as everywhere else. The rest (404,
-405, 409, 413, 500) are `about:blank` problems that carry a `code` of the service's own
+405, 409, 410, 413, 500) are `about:blank` problems that carry a `code` of the service's own
 (`SERVICE_CODES`), so every answer can be branched on by a field. Starlette and FastAPI answer
 their own errors in plain JSON; the handlers below re-render them.
 """
@@ -11,9 +11,11 @@ their own errors in plain JSON; the handlers below re-render them.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from datetime import datetime
 from http import HTTPStatus
 from typing import Any
 
+from fastapi import HTTPException as FastAPIHTTPException
 from fastapi import Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
@@ -53,6 +55,7 @@ SERVICE_CODES = {
     404: "NOT_FOUND",
     405: "METHOD_NOT_ALLOWED",
     409: "CONFLICT",
+    410: "EXPIRED",
     413: "BODY_TOO_LARGE",
     500: "INTERNAL_ERROR",
 }
@@ -74,6 +77,25 @@ class ProblemDetails(BaseModel):
             "any other status its name (e.g. `NOT_ACCEPTABLE`)."
         ),
     )
+
+
+class ExpiredProblem(ProblemDetails):
+    """410 `EXPIRED`: the key's operation finished and was pruned after the retention period; a
+    new call with the key is a new operation."""
+
+    expired_at: datetime = Field(description="When retention pruned the key's operation.")
+
+
+class Expired(FastAPIHTTPException):
+    """The key's operation in the caller's scope was pruned at `expired_at` (its tombstone)."""
+
+    def __init__(self, expired_at: datetime) -> None:
+        super().__init__(
+            410,
+            f"the operation under this key expired: retention pruned it at "
+            f"{expired_at.isoformat()}; a new call with the key is a new operation",
+        )
+        self.expired_at = expired_at
 
 
 # The envelope's own fields (not a copy of them), as problem extension members.
@@ -100,6 +122,7 @@ def problem_response(
     detail: str | None = None,
     *,
     headers: Mapping[str, str] | None = None,
+    extensions: Mapping[str, Any] | None = None,
 ) -> JSONResponse:
     """A plain problem: `about:blank` with the status phrase as title (RFC 9457 §4.2.1)."""
     body = ProblemDetails(
@@ -107,6 +130,7 @@ def problem_response(
         status=status,
         detail=detail,
         code=service_code(status),
+        **(extensions or {}),
     )
     return JSONResponse(
         body.model_dump(mode="json", exclude_none=True),
@@ -162,7 +186,8 @@ async def http_error(_request: Request, error: Exception) -> JSONResponse:
         return envelope_response(envelope, extensions={"errors": [issue.model_dump()]})
     if code is not None:
         return envelope_response(CODES.envelope(code, message), headers=error.headers)
-    return problem_response(error.status_code, detail, headers=error.headers)
+    extensions = {"expired_at": error.expired_at} if isinstance(error, Expired) else None
+    return problem_response(error.status_code, detail, headers=error.headers, extensions=extensions)
 
 
 async def validation_error(_request: Request, error: Exception) -> JSONResponse:
