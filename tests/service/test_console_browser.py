@@ -44,6 +44,7 @@ pytestmark = [
         "chromium-driver; .ci/run installs them)",
     ),
 ]
+from selenium.common.exceptions import WebDriverException  # noqa: E402
 from selenium.webdriver.common.by import By  # noqa: E402
 from selenium.webdriver.remote.webdriver import WebDriver  # noqa: E402
 from selenium.webdriver.remote.webelement import WebElement  # noqa: E402
@@ -147,7 +148,10 @@ def _submit(browser: WebDriver, button: WebElement) -> None:
     """Click a form's button and wait for the page it leads to (a click does not wait)."""
     page = browser.find_element(By.TAG_NAME, "html")
     button.click()
-    WebDriverWait(browser, 10).until(expected_conditions.staleness_of(page))
+    # Mid-navigation chromedriver may answer "node does not belong to the document" rather
+    # than "stale element": that is the old page going too, so ask again.
+    waiting = WebDriverWait(browser, 10, ignored_exceptions=(WebDriverException,))
+    waiting.until(expected_conditions.staleness_of(page))
 
 
 def _sign_in(browser: WebDriver, base: str, token: str) -> None:
