@@ -12,8 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Coroutine
-from typing import Any
+from collections.abc import Awaitable
 
 logger = logging.getLogger("writesafe")
 
@@ -25,12 +24,13 @@ class CacheFills:
     all of them for closing."""
 
     def __init__(self) -> None:
-        self._pending: dict[Slot, asyncio.Task[None]] = {}
-        self._running: set[asyncio.Task[None]] = set()
+        self._pending: dict[Slot, asyncio.Future[None]] = {}
+        self._running: set[asyncio.Future[None]] = set()
 
-    def start(self, slot: Slot, fill: Coroutine[Any, Any, None]) -> None:
-        """Run `fill` in the background; later calls on `slot` wait for it."""
-        task = asyncio.create_task(fill)
+    def start(self, slot: Slot, fill: Awaitable[None]) -> None:
+        """Run `fill` in the background (a coroutine as a task of its own; a future is running
+        already); later calls on `slot` wait for it."""
+        task = asyncio.ensure_future(fill)
         self._pending[slot] = task
         self._running.add(task)
         task.add_done_callback(lambda done: self._finished(slot, done))
@@ -50,7 +50,7 @@ class CacheFills:
         if tasks:
             await asyncio.wait(tasks)
 
-    def _finished(self, slot: Slot, task: asyncio.Task[None]) -> None:
+    def _finished(self, slot: Slot, task: asyncio.Future[None]) -> None:
         self._running.discard(task)
         if self._pending.get(slot) is task:
             del self._pending[slot]

@@ -7,7 +7,10 @@ few seconds so a dead Redis costs one timeout, not one per call.
 One key per operation holds either its lease (`L:<token>`) or its cached outcome (`O:<entry>`),
 so that a claim is one plain `SET key L:<token> NX PX <lease> GET` (Redis 7.0+): it takes the
 lease if the key is free and answers with what holds the key otherwise. A replay costs what a
-GET costs; a Lua script would cost a third more.
+GET costs; a Lua script would cost a third more. The other write of a first execution, the
+outcome's copy, is written behind the answer and rides in the write of the next claim made on
+the loop (`cache`): a first execution costs one round trip to Redis, not two, once calls follow
+one another.
 
 A `redis+cluster://` (or `rediss+cluster://`) URL names any node of a Redis Cluster: the same
 commands then go through redis-py's `RedisCluster`, which sends each to the node holding its key.
@@ -21,12 +24,12 @@ import hashlib
 import logging
 import time
 from collections.abc import Awaitable, Callable, Sequence
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from redis import ConnectionPool as SyncConnectionPool
 from redis.asyncio import ConnectionPool, Redis, RedisCluster
 from redis.cluster import RedisCluster as SyncRedisCluster
-from redis.exceptions import RedisClusterException, RedisError
+from redis.exceptions import RedisClusterException, RedisError, ResponseError
 
 from writesafe.idempotency._metrics import STORE_DEGRADED
 from writesafe.idempotency._redis_connections import (
@@ -34,6 +37,7 @@ from writesafe.idempotency._redis_connections import (
     BlockingRedisConnections,
     ClusterConnections,
     RedisConnections,
+    pack,
 )
 from writesafe.idempotency._store_answers import (
     DEFAULT_MAX_CACHED_BYTES,
@@ -129,6 +133,9 @@ class RedisKeyStore:
             # layer; the rest (renewals, releases, health checks) goes through its client.
             self._hot = RedisConnections(pool)
             self.redis = Redis.from_pool(pool)
+        # Fills not sent yet, packed, and the futures of their callers (`cache`); the loop's.
+        self._queued: list[tuple[bytes, asyncio.Future[None]]] = []
+        self._flushes: set[asyncio.Task[None]] = set()
         self._release = self.redis.register_script(_RELEASE)
         self._renew = self.redis.register_script(_RENEW)
 
@@ -142,9 +149,10 @@ class RedisKeyStore:
         return time.monotonic() >= self._open_until
 
     async def claim(self, scope: str, key: str, token: str, lease_seconds: float) -> StoreClaim:
-        """One round trip: the cached outcome if there is one, else try to take the lease."""
+        """One round trip: the cached outcome if there is one, else try to take the lease. The
+        cache fills queued behind earlier answers go ahead of it, in the same write."""
         lease, command = _claim_command(self.key(scope, key), token, lease_seconds)
-        reached, held = await self._guarded("claim", lambda: self._hot.send(*command))
+        reached, held = await self._guarded("claim", lambda: self._send_behind(command))
         if not reached:
             return _UNAVAILABLE
         return self._claimed(held, lease, scope, key)
@@ -190,17 +198,39 @@ class RedisKeyStore:
             raise
         return value, None
 
-    async def cache(self, scope: str, key: str, outcome: CachedOutcome) -> None:
+    def cache(self, scope: str, key: str, outcome: CachedOutcome) -> asyncio.Future[None]:
         """Replace whatever holds the key with the final outcome: it is the ledger's, so it is
         written whoever holds the lease. An outcome over the size cap is not cached: the key is
-        cleared instead, and the ledger answers its replays."""
+        cleared instead, and the ledger answers its replays.
+
+        Nobody waits for the write before answering (`Guard._cache_behind`), so it is queued,
+        not sent: the next claim made on this loop carries it in its own write, or, when no
+        claim goes first, the loop's next turn sends every queued fill in one write. Under load
+        a fill then costs no round trip of its own. Waiting up to a turn of the loop changes
+        no answer: until the copy lands the key holds this call's lease, and a duplicate that
+        finds it asks the ledger (`Guard._finished_in_ledger`); one in this process waits for
+        the fill (`CacheFills.settled`). The future is done once Redis answered, or the write
+        was given up (Redis unavailable: the copy is only an accelerator).
+        """
         name = self.key(scope, key).encode()
         value = (_OUTCOME + outcome.encode()).encode()
         if len(value) > self._max_result_bytes:
             command: tuple[bytes, ...] = (b"DEL", name)
         else:
             command = (b"SET", name, value, b"PX", self._outcome_ttl)
-        await self._guarded("cache", lambda: self._hot.send(*command))
+        if isinstance(self._hot, ClusterConnections):
+            # Each command goes to the node of its key's slot: a fill is sent on its own.
+            hot = self._hot
+            return asyncio.ensure_future(self._sent(lambda: hot.send(*command)))
+        loop = asyncio.get_running_loop()
+        done = loop.create_future()
+        if not self.available:
+            done.set_result(None)
+            return done
+        if not self._queued:
+            loop.call_soon(self._flush_queued)
+        self._queued.append((pack(*command), done))
+        return done
 
     async def release(self, scope: str, key: str, token: str) -> None:
         """Release the lease if it is still the token's."""
@@ -242,6 +272,58 @@ class RedisKeyStore:
         """Drop the connections of an event loop this process has left, unclosed (closing needs
         their loop; Redis drops each client when its socket is collected)."""
         self._connect()
+
+    def _flush_queued(self) -> None:
+        """Send the fills no claim has carried since they were queued, all in one write."""
+        if self._queued:
+            task = asyncio.create_task(self._flush())
+            self._flushes.add(task)
+            task.add_done_callback(self._flushes.discard)
+
+    async def _flush(self) -> None:
+        await self._guarded("cache", lambda: self._send_behind(None))
+        if not self.available:
+            # Skipped by the breaker (no claim sends them either): given up, as sent ones that
+            # failed are.
+            queued, self._queued = self._queued, []
+            for _, done in queued:
+                done.set_result(None)
+
+    async def _send_behind(self, command: tuple[bytes, ...] | None) -> Any:
+        """Send the queued fills and then `command`, if any, in one write; `command`'s reply.
+
+        A cluster's keys are on many nodes: there nothing is queued, and the command goes
+        alone. A fill whose write is cut short is given up, as a fill that failed on its own
+        would be.
+        """
+        hot = self._hot
+        if isinstance(hot, ClusterConnections):
+            return None if command is None else await hot.send(*command)
+        queued, self._queued = self._queued, []
+        commands = [packed for packed, _ in queued]
+        if command is not None:
+            commands.append(pack(*command))
+        if not commands:
+            return None
+        try:
+            replies = await hot.execute_all(b"".join(commands), len(commands))
+        finally:
+            for _, done in queued:
+                if not done.done():
+                    done.set_result(None)
+        refused = [reply for reply in replies[: len(queued)] if isinstance(reply, ResponseError)]
+        if refused:
+            self._degraded("cache", refused[0])
+        if command is None:
+            return None
+        reply = replies[-1]
+        if isinstance(reply, ResponseError):
+            raise reply
+        return reply
+
+    async def _sent(self, call: Callable[[], Awaitable[object]]) -> None:
+        """A cache fill sent on its own, whose answer nobody reads."""
+        await self._guarded("cache", call)
 
     async def _guarded(
         self, operation: str, call: Callable[[], Awaitable[T]]

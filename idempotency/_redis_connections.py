@@ -5,7 +5,8 @@ observability recorders, and its pool takes a lock and probes the socket on ever
 through it took 71–91 µs where the same GET sent here took 44–54 µs (`bench.guard`, recorded in
 docs/performance.md). The guard sends two fixed commands per call (the claim and the cache fill),
 so it frames them itself and uses redis-py's `Connection` directly: connecting, authentication,
-TLS, database selection and reply parsing stay redis-py's.
+TLS, database selection and reply parsing stay redis-py's. Several commands can share one write
+(`execute_all`): the key store sends queued cache fills ahead of a claim.
 
 On a Redis Cluster the same two commands (`send`) go through redis-py's `RedisCluster`, which
 routes each to the node that holds its key's slot and follows the cluster when slots move: every
@@ -56,14 +57,22 @@ class RedisConnections:
 
     async def execute(self, command: bytes) -> Any:
         """Send a packed command and return its reply; a Redis error reply is raised."""
+        (reply,) = await self.execute_all(command, 1)
+        if isinstance(reply, ResponseError):
+            raise reply
+        return reply
+
+    async def execute_all(self, commands: bytes, count: int) -> list[Any]:
+        """Send `count` packed commands in one write and return their replies in order, a Redis
+        error reply as its `ResponseError` (the replies after it are read all the same)."""
         reused = bool(self._idle)
         try:
-            return await self._round_trip(command)
+            return await self._round_trip(commands, count)
         except ConnectionError:
             if not reused:
                 raise
             await self._close_idle()
-            return await self._round_trip(command)
+            return await self._round_trip(commands, count)
 
     async def close(self) -> None:
         await self._close_idle()
@@ -74,16 +83,17 @@ class RedisConnections:
             *(connection.disconnect(nowait=True) for connection in idle), return_exceptions=True
         )
 
-    async def _round_trip(self, command: bytes) -> Any:
+    async def _round_trip(self, commands: bytes, count: int) -> list[Any]:
         connection = self._idle.pop() if self._idle else self._new_connection()
-        try:
-            await connection.send_packed_command(command, check_health=False)
-            reply = await connection.read_response()
-        except ResponseError:
-            self._idle.append(connection)  # a whole reply was read: the connection is in step
-            raise
+        await connection.send_packed_command(commands, check_health=False)
+        replies: list[Any] = []
+        for _ in range(count):
+            try:
+                replies.append(await connection.read_response())
+            except ResponseError as error:
+                replies.append(error)  # a whole reply was read: the connection is in step
         self._idle.append(connection)
-        return reply
+        return replies
 
     def _new_connection(self) -> AbstractConnection:
         connection: AbstractConnection = self._pool.make_connection()  # type: ignore[no-untyped-call]

@@ -7,7 +7,9 @@ SQLAlchemy from the same table definitions and run in autocommit on connections 
 (`ledger._pg_connections`): one round trip. Times given as `StoreTime` are the server's own
 `now()`, so that leases and settle windows are judged on one clock whatever the clients' clocks
 say; a statement returns those and the row's id, not the row (whose other values the writer sent:
-`ledger._writer`). Driver errors are raised as SQLAlchemy's, like every other ledger error.
+`ledger._writer`). A claim of a key that is taken returns the row holding it in the same
+statement, so a replay without Redis is one round trip too. Driver errors are raised as
+SQLAlchemy's, like every other ledger error.
 """
 
 from __future__ import annotations
@@ -23,14 +25,20 @@ from sqlalchemy import (
     BindParameter,
     ClauseElement,
     ColumnElement,
+    CompoundSelect,
     Select,
     any_,
     bindparam,
     case,
+    cast,
     exists,
+    false,
     func,
     insert,
+    null,
     select,
+    true,
+    union_all,
     update,
 )
 from sqlalchemy.dialects.postgresql import ARRAY
@@ -123,8 +131,13 @@ class PostgresWriter:
         params = param_values(row)
         returned = await self._run(statement, params, asyncpg.Connection.fetchrow)
         if returned is None:
+            # The row holding the key was committed after this statement's snapshot (the insert
+            # waited for it), or deleted since: the ledger reads it, or claims the key anew.
             return None
-        return Claim(inserted(row, dict(returned.items())), created=True)
+        if returned[_CREATED]:
+            written = {name: returned[name] for name in returned_names(store_times)}
+            return Claim(inserted(row, written), created=True)
+        return Claim(OperationRecord.from_row(returned), created=False)
 
     async def fetch(self, scope: str, key: str) -> OperationRecord | None:
         statement = self._compiled(("fetch",), lambda: FETCH)
@@ -225,7 +238,20 @@ class _ChangeShape:
         return returned_names(self.store_times)
 
 
-def _claim(names: tuple[str, ...], store_times: frozenset[str]) -> Select[Any]:
+# The claim's first column: whether the row it answers with is the one it inserted.
+_CREATED = "claim_created"
+
+
+def _claim(names: tuple[str, ...], store_times: frozenset[str]) -> CompoundSelect[Any]:
+    """Insert the operation and its first execution attempt, or read the row holding the key.
+
+    Both halves are one statement, so a replay without Redis is one round trip. The read sees
+    the statement's snapshot (READ COMMITTED takes it as the statement starts): a row committed
+    by a concurrent claim after that, which the insert waited for and then conflicted with, is
+    not in it, and the statement returns no row at all (the ledger then reads it apart), never
+    a wrong one. The inserted half returns the id and the store's times, NULL for the columns
+    the writer sent itself (`inserted`).
+    """
     values = {
         name: moment_value(operations.c[name], name, store_time=name in store_times)
         for name in names
@@ -238,7 +264,21 @@ def _claim(names: tuple[str, ...], store_times: frozenset[str]) -> Select[Any]:
         .returning(*operation_columns(*returns, *_OPENED_FROM.values()))
         .cte("claimed")
     )
-    return select(*(claimed.c[name] for name in returns)).add_cte(_open_execution(claimed))
+    created = select(
+        true().label(_CREATED),
+        *(
+            claimed.c[column.name]
+            if column.name in returns
+            else cast(null(), column.type).label(column.name)
+            for column in operations.columns
+        ),
+    )
+    held = select(false(), *operations.columns).where(
+        operations.c.scope == values["scope"],
+        operations.c.key == values["key"],
+        ~exists(select(claimed.c.id)),
+    )
+    return union_all(created, held).add_cte(_open_execution(claimed))
 
 
 def _change(shape: _ChangeShape) -> Select[Any]:

@@ -32,7 +32,9 @@ def count_round_trips(engine: AsyncEngine, monkeypatch: pytest.MonkeyPatch) -> l
 
     execute_now = BlockingRedisConnections.execute
     monkeypatch.setattr(BlockingRedisConnections, "execute", blocking)
-    monkeypatch.setattr(RedisConnections, "execute", counting("redis", RedisConnections.execute))
+    # `execute_all` is where the loop's commands leave, one write each (`execute` sends one).
+    execute_all = counting("redis", RedisConnections.execute_all)
+    monkeypatch.setattr(RedisConnections, "execute_all", execute_all)
     monkeypatch.setattr(Redis, "execute_command", counting("redis client", Redis.execute_command))
     monkeypatch.setattr(PostgresWriter, "_run", counting("ledger", PostgresWriter._run))
     event.listen(engine.sync_engine, "before_cursor_execute", lambda *_: sent.append("ledger"))

@@ -10,6 +10,7 @@ import pytest
 from redis.asyncio import Redis
 
 from tests.conftest import REDIS_URL, MakeWriteSafe
+from tests.round_trips import count_round_trips
 from tests.test_store_faults import echo_tool
 from writesafe import Tool, WriteSafe
 
@@ -136,3 +137,23 @@ async def test_a_lease_left_by_a_fill_that_never_ran_does_not_hold_up_a_duplicat
     assert effects + effects_b == [1]
     await (await worker_b.guard()).flush()
     assert (await stored_value(worker_b, "k")).startswith(b"O:"), "B repaired the cached copy"
+
+
+async def test_a_fill_rides_with_the_next_claim(
+    make_ws: MakeWriteSafe, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """First executions back to back: each call's claim carries the previous call's fill in
+    its own write, so a first execution costs one Redis round trip, not two."""
+    ws = make_ws()
+    submit, effects = echo_tool(ws)
+    await ws.start()
+    sent = count_round_trips(ws.ledger.engine, monkeypatch)
+
+    for n in range(3):
+        assert await submit(n, idempotency_key=f"k-{n}") == n
+    await (await ws.guard()).flush()
+
+    assert sent == ["redis", "ledger", "ledger"] * 3 + ["redis"]
+    for n in range(3):
+        assert (await stored_value(ws, f"k-{n}")).startswith(b"O:")
+    assert effects == [0, 1, 2]

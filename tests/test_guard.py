@@ -91,6 +91,25 @@ async def test_a_replay_is_one_redis_round_trip_and_no_ledger_statement(
     assert len(shop.orders) == 1
 
 
+@pytest.mark.parametrize("backend", ["postgres"])
+async def test_without_redis_a_replay_is_one_ledger_statement(
+    make_ws: MakeWriteSafe, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """PostgreSQL alone: a first execution is its intent and its outcome, and a replay the one
+    claim statement, which reads the row holding the key when it cannot insert its own."""
+    ws, shop = make_ws(), Shop()
+    submit = order_tool(ws, shop)
+    await ws.start()
+    sent = count_round_trips(ws.ledger.engine, monkeypatch)
+
+    first = await submit({"sku": "A1"}, idempotency_key="ord-7")
+    assert sent == ["ledger", "ledger"]
+    sent.clear()
+    assert await submit({"sku": "A1"}, idempotency_key="ord-7") == first
+    assert sent == ["ledger"]
+    assert len(shop.orders) == 1
+
+
 @pytest.mark.parametrize("value", [0, False, {}, [], "", None, 0.0])
 async def test_falsy_results_replay_exactly(make_ws: MakeWriteSafe, value: Any) -> None:
     ws = make_ws()

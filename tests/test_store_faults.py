@@ -17,7 +17,6 @@ from writesafe.idempotency._keystore import RedisKeyStore
 from writesafe.idempotency._redis_connections import pack
 from writesafe.idempotency._store_answers import CachedOutcome, LeaseState
 from writesafe.ledger import ManualClock
-from writesafe.ledger._migrations import in_ledger_schema
 from writesafe.ledger._pg_writer import PostgresWriter
 
 
@@ -314,29 +313,6 @@ async def test_a_refused_ledger_connection_is_a_typed_failure(make_ws: MakeWrite
     assert effects == []
 
 
-@pytest.mark.parametrize("backend", ["postgres"])  # SQLite reads the row in the claim's transaction
-async def test_a_row_pruned_between_a_claims_conflict_and_its_read_is_claimed_anew(
-    make_ws: MakeWriteSafe, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    # docs/operations.md tells operators to delete old final rows; one may go while a claim on
-    # its key is between the conflicting insert and reading the row that won.
-    ws = make_ws()
-    submit, effects = echo_tool(ws)
-    await submit(1, idempotency_key="k")
-    fetch = ws.ledger.writer.fetch
-
-    async def fetch_after_pruning(scope: str, key: str) -> Any:
-        async with ws.ledger.engine.begin() as connection:
-            await in_ledger_schema(connection)
-            await connection.execute(text("DELETE FROM writesafe_operations WHERE key = 'k'"))
-        monkeypatch.setattr(ws.ledger.writer, "fetch", fetch)
-        return await fetch(scope, key)
-
-    monkeypatch.setattr(ws.ledger.writer, "fetch", fetch_after_pruning)
-    assert await submit(1, idempotency_key="k") == 1
-    assert effects == [1, 1], "a pruned key is a new operation"
-
-
 async def test_a_redis_connection_closed_by_the_server_is_replaced_without_degrading(
     redis_prefix: str,
 ) -> None:
@@ -389,3 +365,16 @@ async def test_a_redis_reply_that_came_too_late_is_never_read_as_the_next_ones(
         await store.close()
     assert stalled.state is LeaseState.UNAVAILABLE
     assert (claim.state, claim.outcome) == (LeaseState.CACHED, outcome)
+
+
+async def test_a_fill_queued_as_redis_fails_is_given_up_not_waited_for() -> None:
+    """Another command opens the breaker between a fill's queueing and its send: the breaker
+    skips the send, and the fill is given up (closing waits for fills)."""
+    store = RedisKeyStore("redis://127.0.0.1:1/0", socket_timeout=0.2)
+    outcome = CachedOutcome("f" * 64, "submit", 1, 3, "5")
+    try:
+        fill = store.cache("default", "k", outcome)
+        assert store.claim_now("default", "other", "owner/f", 15).state is LeaseState.UNAVAILABLE
+        await asyncio.wait_for(fill, timeout=2)
+    finally:
+        await store.close()
