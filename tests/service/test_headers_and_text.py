@@ -79,13 +79,18 @@ def test_keys_and_names_with_hidden_characters_are_refused(char: str) -> None:
         assert f"U+{ord(char):04X}" in refused.value.envelope.message
 
 
-def test_the_schemas_hidden_characters_are_what_the_guard_refuses() -> None:
-    # Scans all of Unicode on this Python: `hidden_characters` looks only where they live.
+def test_the_hidden_characters_are_this_pythons_control_and_format_characters() -> None:
+    # Every Cc and Cf character of this Python's Unicode is refused, and nothing else it has
+    # assigned: the table may only add characters a newer Unicode made hidden.
     hidden = re.compile(f"[{hidden_characters(allowed=chr(9))}]")
     for code in range(sys.maxunicode + 1):
-        char = chr(code)
-        refused = unicodedata.category(char) in HIDDEN_CATEGORIES and char != chr(9)
-        assert bool(hidden.match(char)) is refused, f"U+{code:04X}"
+        char, category = chr(code), unicodedata.category(chr(code))
+        if char == chr(9):
+            assert not hidden.match(char)
+        elif category in HIDDEN_CATEGORIES:
+            assert hidden.match(char), f"U+{code:04X} ({category}) is not refused"
+        elif hidden.match(char):
+            assert category == "Cn", f"U+{code:04X} ({category}) is refused"
 
 
 @on_the_module_loop
