@@ -24,6 +24,15 @@ def free_port() -> int:
         return int(probe.getsockname()[1])
 
 
+def loopback_socket() -> socket.socket:
+    """A TCP socket bound to a free loopback port, for uvicorn to serve on. IPPROTO_TCP is named:
+    asyncio sets TCP_NODELAY only on sockets whose protocol says TCP, and with protocol 0 Nagle
+    held each keep-alive answer ~40 ms for the client's delayed ACK."""
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
+    sock.bind(("127.0.0.1", 0))
+    return sock
+
+
 def wait_until_healthy(process: subprocess.Popen[str], base: str, timeout: float = 60) -> None:
     """Return once `base`/healthz answers 200; fail as soon as `process` exits instead."""
     deadline = time.monotonic() + timeout
@@ -62,8 +71,7 @@ def serving(command: Sequence[str], *, cwd: Path, env: Mapping[str, str]) -> Ite
 async def on_loopback(app: Any, *, lifespan: str = "auto") -> AsyncIterator[str]:
     """`app` served on an ephemeral loopback port; yields its base URL. `lifespan="off"` for an
     app whose stores the test opens and closes itself."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
+    with loopback_socket() as sock:
         port = sock.getsockname()[1]
         config = uvicorn.Config(
             app, log_level="warning", lifespan=lifespan, timeout_graceful_shutdown=1

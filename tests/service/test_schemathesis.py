@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import queue
-import socket
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -21,6 +20,7 @@ import schemathesis
 import uvicorn
 from schemathesis.checks import positive_data_acceptance
 
+from tests.loopback import loopback_socket
 from tests.service.support import SCOPES, issue_keys, seed
 from writesafe import WriteSafe
 from writesafe.ledger import Role
@@ -45,8 +45,7 @@ class Running:
 def running(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Running]:
     """The service over a seeded embedded ledger, served by uvicorn in its own thread and loop."""
     database = tmp_path_factory.mktemp("schemathesis") / "ledger.db"
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    sock.bind(("127.0.0.1", 0))
+    sock = loopback_socket()
     port = sock.getsockname()[1]
     started: queue.Queue[str | BaseException] = queue.Queue()
     holder: dict[str, uvicorn.Server] = {}

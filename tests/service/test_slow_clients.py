@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import socket
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -20,6 +19,7 @@ import pytest
 import uvicorn
 
 from tests.conftest import MakeWriteSafe
+from tests.loopback import loopback_socket
 from tests.service.support import SCOPES, clear_of_a_minute_edge, issue_keys
 from writesafe.ledger import Role
 from writesafe.service import ServiceSettings, create_app
@@ -43,8 +43,7 @@ async def _serving(
     await ws.start()
     tokens = await issue_keys(ws)
     chosen = ServiceSettings(header_timeout=DEADLINE, body_timeout=DEADLINE, **settings)
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
+    with loopback_socket() as sock:
         port = sock.getsockname()[1]
         config = server_config(
             create_app(ws, chosen),
