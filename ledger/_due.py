@@ -26,55 +26,44 @@ CRASHED = Due(Status.IN_FLIGHT, operations.c.lease_expires_at)
 UNKNOWN = Due(Status.OUTCOME_UNKNOWN, operations.c.next_check_at)
 
 
-def in_flight(
-    tools: Sequence[str],
-    sent_before: ColumnElement[datetime] | datetime | None,
-    scope: str | None,
-) -> Select[Any]:
-    """The `in_flight` operations of `tools` a pass could take over (SQLite's candidates)."""
-    query = select(operations).where(
-        operations.c.status == Status.IN_FLIGHT.value, operations.c.tool.in_(tools)
-    )
-    return narrowed(query, sent_before, scope)
+When = ColumnElement[datetime] | datetime
+"""A time in a statement: SQL `now()` (plus an offset) on the store's clock, else a value."""
 
 
-def due_query(
-    due: Due,
-    now: ColumnElement[datetime] | datetime,
-    tools: Sequence[str],
-    sent_before: ColumnElement[datetime] | datetime | None,
-    scope: str | None,
-) -> Select[Any]:
-    query = select(operations.c.id).where(
-        status_in([due.status]), due.column <= now, operations.c.tool.in_(tools)
-    )
-    return narrowed(query, sent_before, scope)
+@dataclass(frozen=True, slots=True)
+class Narrowing:
+    """The operations a pass may look at: of `tools`, last sent by `sent_before` and of `scope`
+    (None: any)."""
+
+    tools: Sequence[str]
+    sent_before: When | None = None
+    scope: str | None = None
+
+    def of(self, query: Select[Any]) -> Select[Any]:
+        """`query` kept to these operations."""
+        query = query.where(operations.c.tool.in_(self.tools))
+        if self.sent_before is not None:
+            query = query.where(operations.c.last_sent_at <= self.sent_before)
+        if self.scope is not None:
+            query = query.where(operations.c.scope == self.scope)
+        return query
 
 
-def narrowed(
-    query: Select[Any], sent_before: ColumnElement[datetime] | datetime | None, scope: str | None
-) -> Select[Any]:
-    """`query` kept to the operations last sent by `sent_before` and of `scope` (None: any)."""
-    if sent_before is not None:
-        query = query.where(operations.c.last_sent_at <= sent_before)
-    if scope is not None:
-        query = query.where(operations.c.scope == scope)
-    return query
+def in_flight(narrowing: Narrowing) -> Select[Any]:
+    """The `in_flight` operations a pass could take over (SQLite's candidates)."""
+    return narrowing.of(select(operations).where(operations.c.status == Status.IN_FLIGHT.value))
 
 
-def claimable(
-    due: Due,
-    now: ColumnElement[datetime] | datetime,
-    limit: int,
-    tools: Sequence[str],
-    sent_before: ColumnElement[datetime] | datetime | None,
-    scope: str | None,
-) -> Select[Any]:
+def due_query(due: Due, now: When, narrowing: Narrowing) -> Select[Any]:
+    return narrowing.of(select(operations.c.id).where(status_in([due.status]), due.column <= now))
+
+
+def claimable(due: Due, now: When, limit: int, narrowing: Narrowing) -> Select[Any]:
     # The longest-due rows nobody else holds; locked until the claim commits. The order is the
     # index's own, so the scan stops after `limit` rows however many are due (any tiebreaker
     # column would make PostgreSQL sort the whole due set on every claim).
     return (
-        due_query(due, now, tools, sent_before, scope)
+        due_query(due, now, narrowing)
         .order_by(due.column)
         .limit(limit)
         .with_for_update(skip_locked=True)

@@ -11,21 +11,25 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import datetime
 from typing import Any, Protocol
 
 from sqlalchemy import ColumnElement, Select, or_, select
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from writesafe.ledger._clock import Clock
-from writesafe.ledger._due import CRASHED, UNKNOWN, claimable, due_query, in_flight
+from writesafe.ledger._due import (
+    CRASHED,
+    UNKNOWN,
+    Narrowing,
+    When,
+    claimable,
+    due_query,
+    in_flight,
+)
 from writesafe.ledger._lease_watch import LeaseWatch
 from writesafe.ledger._records import OperationRecord
 from writesafe.ledger._states import Status
 from writesafe.ledger._writer import operations
-
-When = ColumnElement[datetime] | datetime
-"""A time in a statement: SQL `now()` (plus an offset) on the store's clock, else a value."""
 
 _WATCH_PAGE = 1_000
 """`in_flight` rows `WatchJudge.watch` reads at a time."""
@@ -54,33 +58,19 @@ class LeaseJudge(Protocol):
         `current`'s version; None when the row moved on (or the judge cannot tell)."""
 
     async def quiet(
-        self,
-        reads: AsyncEngine,
-        now: When,
-        limit: int,
-        tools: Sequence[str],
-        sent_before: When | None,
-        scope: str | None,
+        self, reads: AsyncEngine, now: When, limit: int, narrowing: Narrowing
     ) -> tuple[bool, float | None]:
         """Whether a look without the write lock finds nothing a pass could claim (a worker's
         every pass while all is well), and the watch's wait (`DueBatch.watching`). A judge whose
         claims take no lock others wait on does not look: `(False, None)`."""
 
     async def crashed(
-        self,
-        conn: AsyncConnection,
-        now: When,
-        limit: int,
-        tools: Sequence[str],
-        sent_before: When | None,
-        scope: str | None,
+        self, conn: AsyncConnection, now: When, limit: int, narrowing: Narrowing
     ) -> tuple[Select[Any] | list[int], float | None]:
         """The crashed leases to take over in `conn`'s transaction (a query of their ids, or
         the ids), and the watch's wait (`DueBatch.watching`)."""
 
-    async def watch(
-        self, reads: AsyncEngine, tools: Sequence[str], sent_before: When | None, scope: str | None
-    ) -> float | None:
+    async def watch(self, reads: AsyncEngine, narrowing: Narrowing) -> float | None:
         """Sight the leases a pass could take over: how long until the last that looks expired
         has been watched for a whole lease (`Ledger.watch_leases`); None: no wait."""
 
@@ -110,30 +100,16 @@ class ClockJudge:
         return LeaseHeld(max(still[1].total_seconds(), 0.0))
 
     async def quiet(
-        self,
-        reads: AsyncEngine,
-        now: When,
-        limit: int,
-        tools: Sequence[str],
-        sent_before: When | None,
-        scope: str | None,
+        self, reads: AsyncEngine, now: When, limit: int, narrowing: Narrowing
     ) -> tuple[bool, float | None]:
         return False, None  # `SKIP LOCKED` claims hold up nobody: no look first
 
     async def crashed(
-        self,
-        conn: AsyncConnection,
-        now: When,
-        limit: int,
-        tools: Sequence[str],
-        sent_before: When | None,
-        scope: str | None,
+        self, conn: AsyncConnection, now: When, limit: int, narrowing: Narrowing
     ) -> tuple[Select[Any] | list[int], float | None]:
-        return claimable(CRASHED, now, limit, tools, sent_before, scope), None
+        return claimable(CRASHED, now, limit, narrowing), None
 
-    async def watch(
-        self, reads: AsyncEngine, tools: Sequence[str], sent_before: When | None, scope: str | None
-    ) -> float | None:
+    async def watch(self, reads: AsyncEngine, narrowing: Narrowing) -> float | None:
         return None  # nothing to watch: the store's clock judges
 
     def forget(self, operation_id: int) -> None:
@@ -163,42 +139,28 @@ class WatchJudge:
         return None  # a renewal or another pass moved it on: watched anew next time
 
     async def quiet(
-        self,
-        reads: AsyncEngine,
-        now: When,
-        limit: int,
-        tools: Sequence[str],
-        sent_before: When | None,
-        scope: str | None,
+        self, reads: AsyncEngine, now: When, limit: int, narrowing: Narrowing
     ) -> tuple[bool, float | None]:
         # A claim takes the write lock (BEGIN IMMEDIATE): a pass that finds nothing would hold
         # up the guarded writes for nothing.
         async with reads.connect() as conn:
-            run_out, watched = await self._run_out(conn, limit, tools, sent_before, scope)
-            unknown = due_query(UNKNOWN, now, tools, sent_before, scope).limit(1)
+            run_out, watched = await self._run_out(conn, limit, narrowing)
+            unknown = due_query(UNKNOWN, now, narrowing).limit(1)
             return not run_out and (await conn.execute(unknown)).first() is None, watched
 
     async def crashed(
-        self,
-        conn: AsyncConnection,
-        now: When,
-        limit: int,
-        tools: Sequence[str],
-        sent_before: When | None,
-        scope: str | None,
+        self, conn: AsyncConnection, now: When, limit: int, narrowing: Narrowing
     ) -> tuple[Select[Any] | list[int], float | None]:
-        return await self._run_out(conn, limit, tools, sent_before, scope)
+        return await self._run_out(conn, limit, narrowing)
 
-    async def watch(
-        self, reads: AsyncEngine, tools: Sequence[str], sent_before: When | None, scope: str | None
-    ) -> float | None:
+    async def watch(self, reads: AsyncEngine, narrowing: Narrowing) -> float | None:
         """Read a page at a time, so memory stays bounded; the watch keeps at most
         `_lease_watch._WATCHED` sightings."""
         longest = 0.0  # every pending time is > 0
         after = 0
         async with reads.connect() as conn:
             while True:
-                query = in_flight(tools, sent_before, scope).where(operations.c.id > after)
+                query = in_flight(narrowing).where(operations.c.id > after)
                 page = [
                     OperationRecord.from_row(row)
                     for row in (
@@ -215,18 +177,13 @@ class WatchJudge:
         self._watch.forget(operation_id)
 
     async def _run_out(
-        self,
-        conn: AsyncConnection,
-        limit: int,
-        tools: Sequence[str],
-        sent_before: When | None,
-        scope: str | None,
+        self, conn: AsyncConnection, limit: int, narrowing: Narrowing
     ) -> tuple[list[int], float | None]:
         """The ids of `in_flight` operations whose lease this process has watched run out, and
         how long until the next lease that looks expired by this process's clock has been
         watched long enough (None: none). Every in_flight lease is a candidate, whatever its
         wall-clock expiry says; those never renewed sort first."""
-        query = in_flight(tools, sent_before, scope)
+        query = in_flight(narrowing)
         query = query.order_by(operations.c.lease_expires_at).limit(limit)
         candidates = [
             OperationRecord.from_row(row) for row in (await conn.execute(query)).mappings()

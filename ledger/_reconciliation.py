@@ -18,7 +18,7 @@ from sqlalchemy import cast as sql_cast
 from sqlalchemy import column, func, insert, select, update, values
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
-from writesafe.ledger._due import CRASHED, UNKNOWN, claimable, due_query
+from writesafe.ledger._due import CRASHED, UNKNOWN, Narrowing, claimable, due_query
 from writesafe.ledger._hot_path import unknown_from
 from writesafe.ledger._lease_judges import LeaseHeld, LeaseJudge
 from writesafe.ledger._ledger_time import LedgerTime
@@ -211,16 +211,12 @@ class Reconciliation(LedgerTime):
         """
         check_transition(Status.IN_FLIGHT, Status.OUTCOME_UNKNOWN)
         now = self._now_sql()
-        sent_before = self._now_sql(-older_than) if older_than > 0 else None
-        quiet, watched = await self._leases.quiet(
-            self._reads, now, limit, tools, sent_before, scope
-        )
+        narrowing = self._narrowing(tools, older_than, scope)
+        quiet, watched = await self._leases.quiet(self._reads, now, limit, narrowing)
         if quiet:
             return DueBatch([], 0, watched)
         async with self.engine.begin() as conn:
-            crashed, watching = await self._leases.crashed(
-                conn, now, limit, tools, sent_before, scope
-            )
+            crashed, watching = await self._leases.crashed(conn, now, limit, narrowing)
             expired = await conn.execute(
                 update(operations)
                 .where(operations.c.id.in_(crashed))
@@ -242,9 +238,7 @@ class Reconciliation(LedgerTime):
                 self._leases.forget(operation_id)
             leased = await conn.execute(
                 update(operations)
-                .where(
-                    operations.c.id.in_(claimable(UNKNOWN, now, limit, tools, sent_before, scope))
-                )
+                .where(operations.c.id.in_(claimable(UNKNOWN, now, limit, narrowing)))
                 .values(
                     next_check_at=self._now_sql(lease_seconds),
                     version=operations.c.version + 1,
@@ -263,8 +257,7 @@ class Reconciliation(LedgerTime):
         crashed lease it had at its start, not only its first batch (`claim_due` looks at one
         batch at a time). Read a page at a time, so memory stays bounded; the watch keeps at most
         `_lease_watch._WATCHED` sightings. PostgreSQL judges leases on its clock: None."""
-        sent_before = self._now_sql(-older_than) if older_than > 0 else None
-        return await self._leases.watch(self._reads, tools, sent_before, scope)
+        return await self._leases.watch(self._reads, self._narrowing(tools, older_than, scope))
 
     async def count_due(
         self, *, tools: Sequence[str], older_than: float = 0.0, scope: str | None = None
@@ -272,13 +265,18 @@ class Reconciliation(LedgerTime):
         """How many operations `claim_due` would hand out now (an estimate while others claim;
         on SQLite, crashed leases count by their wall-clock expiry)."""
         now = self._now_sql()
-        sent_before = self._now_sql(-older_than) if older_than > 0 else None
+        narrowing = self._narrowing(tools, older_than, scope)
         total = 0
         async with self._reads.connect() as conn:
             for due in (CRASHED, UNKNOWN):
-                query = due_query(due, now, tools, sent_before, scope).subquery()
+                query = due_query(due, now, narrowing).subquery()
                 total += (await conn.execute(select(func.count()).select_from(query))).scalar_one()
         return total
+
+    def _narrowing(self, tools: Sequence[str], older_than: float, scope: str | None) -> Narrowing:
+        """The operations of `tools` in `scope` last sent `older_than` seconds ago or earlier."""
+        sent_before = self._now_sql(-older_than) if older_than > 0 else None
+        return Narrowing(tools, sent_before, scope)
 
     async def settle(
         self,
