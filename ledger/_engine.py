@@ -261,7 +261,12 @@ def configure_sqlite_connection(dbapi_connection: Any) -> None:
     # (the engine's: IMMEDIATE for a write, deferred for a read; the writer's: IMMEDIATE).
     dbapi_connection.isolation_level = None
     cursor = dbapi_connection.cursor()
-    cursor.execute("PRAGMA journal_mode=WAL")
+    # WAL is kept in the file: switch only a file that is not in it yet. The switch needs the
+    # file to itself, and SQLite answers "database is locked" at once rather than wait, so
+    # instances starting together each asking for it could refuse one another.
+    cursor.execute("PRAGMA journal_mode")
+    if cursor.fetchone()[0].lower() != "wal":
+        cursor.execute("PRAGMA journal_mode=WAL")
     # FULL: a committed intent survives power loss, which is the whole point of recording it.
     cursor.execute("PRAGMA synchronous=FULL")
     cursor.execute("PRAGMA foreign_keys=ON")
