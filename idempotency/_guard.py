@@ -3,9 +3,11 @@
 A call goes: Redis (cached result, or the lease) → the ledger claim (authoritative) → execute →
 record the outcome (fenced) → answer, and cache the outcome behind the answer. Redis only ever
 saves round trips; every decision to execute is taken by the ledger, so losing Redis data can
-never cause a second execution. A caller on a thread without the guard's event loop (the sync
-face) makes the call's first look itself, blocking (`Guard.look_now`): a finished key is answered
-there, anything else goes on to `Guard.run` with what the look found.
+never cause a second execution. A tool whose calls are seldom repeats skips Redis and goes to
+the ledger claim directly (`reconciler._store_order`): Redis would save those calls nothing. A
+caller on a thread without the guard's event loop (the sync face) makes the call's first look
+itself, blocking (`Guard.look_now`): a finished key is answered there, anything else goes on to
+`Guard.run` with what the look found.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ import logging
 import secrets
 import time
 from collections.abc import Coroutine
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any, NoReturn
 
@@ -81,6 +83,7 @@ from writesafe.reconciler._refusals import (
 )
 from writesafe.reconciler._restored import FirstRun, decide_first_run
 from writesafe.reconciler._retry import RetrySignal, defer, replay_timed
+from writesafe.reconciler._store_order import StoreOrder
 from writesafe.reconciler._views import operation_info
 
 if TYPE_CHECKING:
@@ -97,6 +100,7 @@ class GuardSettings:
     record_retry_seconds: float = 2.0
     retention: timedelta = timedelta(days=1)  # how long a restore stays open (ledger._restore)
     restore_check_seconds: float = 10.0  # how stale the cached "not restored" may be
+    store_order: StoreOrder = field(default_factory=StoreOrder)  # when Redis is asked first
 
 
 @dataclass(frozen=True, slots=True)
@@ -148,6 +152,9 @@ class Guard:
         # Whether `look_now` can look without the loop: Redis's claim, or the ledger's local
         # read (a server's ledger alone has no read without a round trip on the loop's pool).
         self._looks_now = keystore is not None or ledger.reads_locally
+        # Each tool's running share of calls that found their key known (`StoreOrder`): a hint
+        # shared by the loop and the sync face's threads, never a correctness input.
+        self._repeats: dict[str, float] = {}
         self._restores = RestoreWatch(
             ledger,
             keystore,
@@ -240,19 +247,42 @@ class Guard:
 
     def _look(self, call: GuardedCall) -> Look | None:
         owner = secrets.token_hex(16)
-        if self.keystore is not None:
+        if self._asks_redis_first(call):
+            assert self.keystore is not None
             token = lease_token(owner, call.fingerprint)
             lease_seconds = self.settings.lease_seconds
             store = self.keystore.claim_now(call.scope, call.key, token, lease_seconds)
             if store.outcome is not None:
+                self._note(call, repeat=True)
                 return Look(owner, store, self._replay_cached(call, store.outcome))
             return Look(owner, store)
+        if not self.ledger.reads_locally:
+            return None
         row = self.ledger.peek(call.scope, call.key)
         if row is None:
             return None
         action = decide_row(row, created=False, owner=owner, fingerprint=call.fingerprint)
         answer = self._settled(call, row, action)
-        return None if answer is None else Look(owner, answer=answer)
+        if answer is None:
+            return None
+        self._note(call, repeat=True)
+        return Look(owner, answer=answer)
+
+    def _asks_redis_first(self, call: GuardedCall) -> bool:
+        """Whether the call asks Redis before the ledger: while its tool's calls are often
+        repeats, and always while the ledger is restored (Redis may hold what it forgot)."""
+        if self.keystore is None:
+            return False
+        order = self.settings.store_order
+        share = self._repeats.get(call.tool.name, order.start)
+        return self._restores.open or order.redis_first(share)
+
+    def _note(self, call: GuardedCall, *, repeat: bool) -> None:
+        """Count the call into its tool's share of repeats: it found its key known, or new."""
+        if self.keystore is not None:
+            order = self.settings.store_order
+            name = call.tool.name
+            self._repeats[name] = order.after(self._repeats.get(name, order.start), repeat=repeat)
 
     async def _call(self, call: GuardedCall, look: Look | None) -> _Answer:
         loop = asyncio.get_running_loop()
@@ -293,9 +323,13 @@ class Guard:
         loop = asyncio.get_running_loop()
         pause = FIRST_POLL_SECONDS
         await self._fills.settled((call.scope, call.key))
+        # Decided once: a call polling a busy key keeps to the store it asked first.
+        redis_first = self._asks_redis_first(call) if look is None else look.store is not None
         first_look = True
         while True:
-            step = await self._attempt(call, first_look=first_look, look=look)
+            step = await self._attempt(
+                call, first_look=first_look, redis_first=redis_first, look=look
+            )
             first_look, look = False, None
             if isinstance(step, _Answer):
                 return step
@@ -307,15 +341,18 @@ class Guard:
             pause = poll.pause
 
     async def _attempt(
-        self, call: GuardedCall, *, first_look: bool, look: Look | None = None
+        self, call: GuardedCall, *, first_look: bool, redis_first: bool, look: Look | None = None
     ) -> _Answer | _Busy:
         """One try at the call; `first_look`: the call's first, which checks a busy lease against
-        the ledger once; `look`: its Redis claim, made already by `look_now`."""
+        the ledger once and counts the call into its tool's share of repeats; `redis_first`:
+        whether it claims in Redis before the ledger; `look`: its Redis claim, made already by
+        `look_now`."""
         owner = secrets.token_hex(16) if look is None else look.owner
         token = lease_token(owner, call.fingerprint)
         holds_store_lease = False
         answer: _Answer | _Busy | None = None
-        if self.keystore is not None:
+        if redis_first:
+            assert self.keystore is not None
             if look is not None and look.store is not None:
                 store = look.store
             else:
@@ -323,14 +360,20 @@ class Guard:
                     call.scope, call.key, token, self.settings.lease_seconds
                 )
             if store.outcome is not None:
+                if first_look:
+                    self._note(call, repeat=True)
                 return self._replay_cached(call, store.outcome)
             if store.state is LeaseState.BUSY and same_payload(store.holder, call.fingerprint):
+                if first_look:
+                    self._note(call, repeat=True)
                 finished = await self._finished_in_ledger(call) if first_look else None
                 return finished or _Busy(held_for_ms(0))
             holds_store_lease = store.state is LeaseState.ACQUIRED
         try:
             leased_at = time.monotonic()  # the claim sets the lease no earlier than this
             claim = await self._claim(call, owner)
+            if first_look:
+                self._note(call, repeat=not claim.created)
             try:
                 answer = await self._proceed(call, claim, owner, leased_at)
             except LEDGER_ERRORS as error:

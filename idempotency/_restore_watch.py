@@ -88,6 +88,11 @@ class RestoreWatch:
         self._suspicious_due = 0.0
         self._checking: asyncio.Task[Restored | None] | None = None
 
+    @property
+    def open(self) -> bool:
+        """Whether the last check found the ledger restored (and the restore still open)."""
+        return self._state is not None
+
     def forget_loop(self) -> None:
         """A check running on a loop this process has left is gone with it."""
         self._checking = None

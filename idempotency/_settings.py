@@ -9,6 +9,7 @@ from writesafe.idempotency._results import DEFAULT_MAX_RESULT_BYTES
 from writesafe.idempotency._store_answers import DEFAULT_MAX_CACHED_BYTES
 from writesafe.ledger import DEFAULT_DATABASE_URL
 from writesafe.ledger._retention import DEFAULT_TOMBSTONE_RETENTION
+from writesafe.reconciler._store_order import StoreOrder
 
 
 class SettingsRefused(ValueError):
@@ -44,6 +45,13 @@ class WriteSafeSettings(BaseSettings):
         default=10.0,
         ge=0,
         description="seconds between checks that the ledger was not restored (docs/operations.md)",
+    )
+    redis_first_repeats: float = Field(
+        default=StoreOrder().threshold,
+        ge=0,
+        le=1,
+        description="share of a tool's recent calls repeating a known key above which Redis is"
+        " asked before the ledger; 0: always (docs/operations.md)",
     )
     max_result_bytes: int = Field(
         default=DEFAULT_MAX_RESULT_BYTES,

@@ -52,6 +52,7 @@ from writesafe.reconciler._reconcile import ReconcilePolicy, Reconciler
 from writesafe.reconciler._resolve import Resolution, resolve_operation
 from writesafe.reconciler._retention_bound import retention_refusal
 from writesafe.reconciler._retry import RetryBudget
+from writesafe.reconciler._store_order import StoreOrder
 
 if TYPE_CHECKING:
     from writesafe.idempotency._keystore import RedisKeyStore
@@ -153,6 +154,7 @@ class WriteSafe:
                 lease_seconds=self.settings.lease_seconds,
                 retention=timedelta(seconds=self.settings.retention),
                 restore_check_seconds=self.settings.restore_check_seconds,
+                store_order=StoreOrder(threshold=self.settings.redis_first_repeats),
             ),
         )
         # An embedded ledger (a file of the application's own) migrates itself by default.
