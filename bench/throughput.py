@@ -10,9 +10,9 @@ Each configuration keeps C distinct keys in flight at all times (C coroutines, e
 guarded write with a fresh key as soon as its previous call returns), either in one process or
 spread evenly over 4 processes (C=1 becomes one key per process: 4 in flight). The baseline,
 measured in the same run and process layout, is the same loop doing only the round trips a first
-execution must make with raw clients: 2 Redis PING (sent as the guard sends its Redis commands)
-and 2 committed PostgreSQL INSERT (or the committed INSERTs alone without Redis). Ratios: guarded /
-floor, and 4 processes / 1 process.
+execution must make with raw clients: 2 committed INSERTs, with Redis too (a tool of first
+executions asks the ledger first and leaves Redis alone: `reconciler/_store_order.py`). Ratios:
+guarded / floor, and 4 processes / 1 process.
 """
 
 from __future__ import annotations
@@ -28,7 +28,6 @@ from typing import Any
 
 import aiosqlite
 import asyncpg
-from redis.asyncio import ConnectionPool
 from rich.console import Console
 from rich.table import Table
 
@@ -37,11 +36,9 @@ from bench._cli import run_and_report
 from bench._setup import asyncpg_dsn, create_postgres_floor, create_sqlite_floor, isolated
 from bench.guard import ORDER, bare_write
 from writesafe import WriteSafe
-from writesafe.idempotency._redis_connections import RedisConnections, pack
 
 CONCURRENCY = (1, 8, 64)
 PROCESSES = (1, 4)
-_PING = pack(b"PING")
 
 
 @dataclass(frozen=True)
@@ -121,28 +118,16 @@ async def _floor_job(job: Job, barrier: Barrier) -> int:
         max_size=min(job.in_flight, 30),
         server_settings={"search_path": job.schema or "public"},
     )
-    # Redis PINGs go the way the guard sends its commands: packed, past redis-py's command layer.
-    redis_pool = (
-        ConnectionPool.from_url(job.redis_url, socket_timeout=None) if job.redis_url else None
-    )
-    redis = RedisConnections(redis_pool) if redis_pool is not None else None
     barrier.wait()
 
     async def one(key: str) -> None:
-        if redis is not None:
-            await redis.execute(_PING)
         for _ in range(2):
             await pool.execute("INSERT INTO bench_floor (k) VALUES ($1)", key)
-        if redis is not None:
-            await redis.execute(_PING)
 
     try:
         return await _loop(job, one)
     finally:
         await pool.close()
-        if redis is not None and redis_pool is not None:
-            await redis.close()
-            await redis_pool.aclose()
 
 
 def _process(job: Job, barrier: Barrier, results: Any) -> None:
