@@ -12,7 +12,11 @@ spread evenly over 4 processes (C=1 becomes one key per process: 4 in flight). T
 measured in the same run and process layout, is the same loop doing only the round trips a first
 execution must make with raw clients: 2 committed INSERTs, with Redis too (a tool of first
 executions asks the ledger first and leaves Redis alone: `reconciler/_store_order.py`). Ratios:
-guarded / floor, and 4 processes / 1 process.
+guarded / floor, and 4 processes / 1 process. C=32 in one process against 4 processes × 8 is
+issue 30's scaling comparison. Beside each: the cores the whole machine was busy (Linux's
+`/proc/stat`) and the cores the benchmark's own processes used (their CPU time): where the
+machine is busy on every core, more processes cannot add work, and the rest of it is the
+database's (and Redis's) share.
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import multiprocessing
+import os
 import time
 from dataclasses import dataclass
 from multiprocessing.synchronize import Barrier
@@ -37,7 +42,7 @@ from bench._setup import asyncpg_dsn, create_postgres_floor, create_sqlite_floor
 from bench.guard import ORDER, bare_write
 from writesafe import WriteSafe
 
-CONCURRENCY = (1, 8, 64)
+CONCURRENCY = (1, 8, 32, 64)
 PROCESSES = (1, 4)
 
 
@@ -131,12 +136,29 @@ async def _floor_job(job: Job, barrier: Barrier) -> int:
 
 
 def _process(job: Job, barrier: Barrier, results: Any) -> None:
+    """Run `job`; put the calls it made and the CPU seconds its process spent making them."""
     run = _guard_job if job.kind == "guard" else _floor_job
-    results.put(asyncio.run(run(job, barrier)))
+    cpu = time.process_time()
+    done = asyncio.run(run(job, barrier))
+    results.put((done, time.process_time() - cpu))
 
 
-def _run_config(base: Job, processes: int, in_flight: int) -> float:
-    """Ops per second of `processes` processes sharing `in_flight` keys in flight."""
+def _busy_seconds() -> float:
+    """CPU seconds the machine has spent busy (all cores, anything but idle and I/O wait)."""
+    fields = [int(f) for f in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    idle = fields[3] + fields[4]
+    return (sum(fields[:8]) - idle) / os.sysconf("SC_CLK_TCK")
+
+
+@dataclass(frozen=True)
+class Run:
+    ops_per_s: float
+    machine_cores: float  # cores the whole machine kept busy meanwhile
+    client_cores: float  # cores the benchmark's processes used of them
+
+
+def _run_config(base: Job, processes: int, in_flight: int) -> Run:
+    """`processes` processes sharing `in_flight` keys in flight: their ops per second and cores."""
     context = multiprocessing.get_context("spawn")
     per_process = max(in_flight // processes, 1)
     barrier = context.Barrier(processes + 1)
@@ -154,12 +176,14 @@ def _run_config(base: Job, processes: int, in_flight: int) -> float:
         child.start()
         children.append(child)
     barrier.wait()
-    started = time.perf_counter()
-    total: int = sum(results.get(timeout=base.seconds + 120) for _ in children)
+    started, busy = time.perf_counter(), _busy_seconds()
+    answers = [results.get(timeout=base.seconds + 120) for _ in children]
     elapsed = max(time.perf_counter() - started, base.seconds)
+    machine = (_busy_seconds() - busy) / elapsed
     for child in children:
         child.join()
-    return total / elapsed
+    total = sum(done for done, _ in answers)
+    return Run(total / elapsed, machine, sum(cpu for _, cpu in answers) / elapsed)
 
 
 async def _prepare(args: argparse.Namespace, schema: str, sqlite_path: Path) -> None:
@@ -201,9 +225,12 @@ async def _isolated_run(args: argparse.Namespace) -> dict[str, Any]:
                     {
                         "processes": processes,
                         "in_flight": max(in_flight // processes, 1) * processes,
-                        "guard_ops_per_s": round(guard, 1),
-                        "floor_ops_per_s": round(floor, 1),
-                        "guard_vs_floor": round(guard / floor, 3),
+                        "guard_ops_per_s": round(guard.ops_per_s, 1),
+                        "floor_ops_per_s": round(floor.ops_per_s, 1),
+                        "guard_vs_floor": round(guard.ops_per_s / floor.ops_per_s, 3),
+                        "guard_machine_cores": round(guard.machine_cores, 2),
+                        "guard_client_cores": round(guard.client_cores, 2),
+                        "floor_machine_cores": round(floor.machine_cores, 2),
                     }
                 )
     one_process = {r["in_flight"]: r["guard_ops_per_s"] for r in rows if r["processes"] == 1}
@@ -217,7 +244,17 @@ async def _isolated_run(args: argparse.Namespace) -> dict[str, Any]:
 
 def _print(report: dict[str, Any]) -> None:
     table = Table(title=f"throughput, {report['backend']}, first executions per second")
-    columns = ("processes", "in flight", "guarded/s", "floor/s", "guarded÷floor", "4 proc ÷ 1")
+    columns = (
+        "processes",
+        "in flight",
+        "guarded/s",
+        "floor/s",
+        "guarded÷floor",
+        "4 proc ÷ 1",
+        "busy cores",
+        "clients' cores",
+        "busy (floor)",
+    )
     for column in columns:
         table.add_column(column, justify="right")
     for row in report["rows"]:
@@ -228,6 +265,9 @@ def _print(report: dict[str, Any]) -> None:
             f"{row['floor_ops_per_s']:,.0f}",
             f"{row['guard_vs_floor']:.2f}",
             f"{row['scaling_vs_1_process']:.2f}x" if "scaling_vs_1_process" in row else "",
+            f"{row['guard_machine_cores']:.2f}",
+            f"{row['guard_client_cores']:.2f}",
+            f"{row['floor_machine_cores']:.2f}",
         )
     Console().print(table)
 
