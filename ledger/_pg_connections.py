@@ -45,7 +45,10 @@ class ConnectionPool:
     async def acquire(self) -> asyncpg.Connection:
         """An idle connection, or a new one; wait while `size` are in use."""
         try:
-            await asyncio.wait_for(self._slots.acquire(), self._wait_seconds)
+            if self._slots.locked():
+                await asyncio.wait_for(self._slots.acquire(), self._wait_seconds)
+            else:  # a free slot is taken without suspending: no timer, and no task to run it
+                await self._slots.acquire()
         except TimeoutError:
             # Raised as SQLAlchemy's pool raises it, so both pools of the budget read alike.
             raise PoolTimeout(
