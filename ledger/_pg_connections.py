@@ -45,7 +45,12 @@ class ConnectionPool:
     async def acquire(self) -> asyncpg.Connection:
         """An idle connection, or a new one; wait while `size` are in use."""
         try:
-            await asyncio.wait_for(self._slots.acquire(), self._wait_seconds)
+            if self._slots.locked():
+                # `asyncio.timeout`, not `wait_for`: on 3.11 that runs the wait as a task.
+                async with asyncio.timeout(self._wait_seconds):
+                    await self._slots.acquire()
+            else:  # a free slot is taken without suspending: no timer to set and cancel
+                await self._slots.acquire()
         except TimeoutError:
             # Raised as SQLAlchemy's pool raises it, so both pools of the budget read alike.
             raise PoolTimeout(
