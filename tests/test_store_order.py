@@ -110,7 +110,7 @@ async def test_repeats_bring_redis_back_and_it_answers_without_the_ledger(
     assert await submit(199, idempotency_key=key) == 199  # a repeat the ledger answers
     await ws._guard.flush()
     assert not await _in_redis(ws, key)
-    for _ in range(10):  # a client retrying: the share climbs, Redis is asked and filled
+    for _ in range(15):  # a client retrying: the share climbs, Redis is asked and filled
         assert await submit(199, idempotency_key=key) == 199
     await ws._guard.flush()
     assert await _in_redis(ws, key)
