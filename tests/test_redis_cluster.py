@@ -7,9 +7,7 @@ that loses every key it held (FLUSHALL on one master) never cause a second execu
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import functools
-import shutil
 import socket
 import subprocess
 import time
@@ -21,9 +19,10 @@ from prometheus_client import REGISTRY
 from redis import Redis
 
 from tests.reconcile_support import Shop, order_tool
+from tests.redis_server import available, redis_servers
 from writesafe import WriteSafe
 
-pytestmark = pytest.mark.skipif(shutil.which("redis-server") is None, reason="needs redis-server")
+pytestmark = pytest.mark.skipif(not available(), reason="needs redis-server")
 
 NODES = 3
 _BUS_OFFSET = 10_000  # a cluster node also listens on its port + 10000 (the cluster bus)
@@ -58,51 +57,17 @@ def _wait(ready: Callable[[], bool], what: str) -> None:
         time.sleep(0.05)
 
 
-def _answers(port: int) -> bool:
-    with contextlib.suppress(OSError, ConnectionError), Redis(port=port) as node:
-        return bool(node.ping())
-    return False
-
-
 def _cluster_ok(port: int) -> bool:
     with Redis(port=port) as node:
         return bool(node.cluster("INFO")["cluster_state"] == "ok")
 
 
 @pytest.fixture(scope="module")
-def redis_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[int]]:
+def redis_cluster() -> Iterator[list[int]]:
     """The ports of a fresh three-master cluster (no replicas), stopped afterwards."""
-    folder = tmp_path_factory.mktemp("redis-cluster")
     ports = _cluster_ports()
-    servers: list[subprocess.Popen[bytes]] = []
-    try:
-        for port in ports:
-            node = folder / str(port)
-            node.mkdir()
-            servers.append(
-                subprocess.Popen(
-                    [
-                        "redis-server",
-                        "--port",
-                        str(port),
-                        "--bind",
-                        "127.0.0.1",
-                        "--cluster-enabled",
-                        "yes",
-                        "--cluster-config-file",
-                        str(node / "nodes.conf"),
-                        "--dir",
-                        str(node),
-                        "--save",
-                        "",
-                        "--appendonly",
-                        "no",
-                    ],
-                    stdout=subprocess.DEVNULL,
-                )
-            )
-        for port in ports:
-            _wait(functools.partial(_answers, port), f"node {port} does not answer")
+    cluster = ("--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf")
+    with redis_servers(ports, *cluster):
         subprocess.run(
             ["redis-cli", "--cluster", "create", *(f"127.0.0.1:{port}" for port in ports),
              "--cluster-replicas", "0", "--cluster-yes"],
@@ -111,11 +76,6 @@ def redis_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[int
         for port in ports:
             _wait(functools.partial(_cluster_ok, port), f"node {port} is not in a cluster")
         yield ports
-    finally:
-        for server in servers:
-            server.terminate()
-        for server in servers:
-            server.wait(timeout=30)
 
 
 def _degraded() -> float:

@@ -9,15 +9,19 @@ from typing import Any
 import asyncpg
 import pytest
 from prometheus_client import REGISTRY
+from redis.asyncio import Redis
 from sqlalchemy import text
 
 from tests.conftest import PG_URL, REDIS_URL, MakeWriteSafe
+from tests.redis_server import available, private_redis
 from writesafe import Status, Tool, WriteSafe, WriteSafeError
 from writesafe.idempotency._keystore import RedisKeyStore
 from writesafe.idempotency._redis_connections import pack
 from writesafe.idempotency._store_answers import CachedOutcome, LeaseState
 from writesafe.ledger import ManualClock
 from writesafe.ledger._pg_writer import PostgresWriter
+
+needs_redis_server = pytest.mark.skipif(not available(), reason="needs redis-server")
 
 
 def echo_tool(ws: WriteSafe) -> tuple[Tool[int], list[int]]:
@@ -260,21 +264,22 @@ async def _terminate_backends(pids: list[int]) -> None:
         await connection.close()
 
 
-async def test_a_burst_beyond_the_redis_pool_queues_instead_of_degrading(
-    redis_prefix: str,
-) -> None:
+@needs_redis_server
+async def test_a_burst_beyond_the_redis_pool_queues_instead_of_degrading() -> None:
     """More concurrent calls than Redis connections wait for one: a burst must not look like
-    an outage and switch Redis off for the breaker's interval. Redis stalls writes for 100 ms
-    (`CLIENT PAUSE … WRITE`) so that the burst really holds every connection at once."""
-    store = RedisKeyStore(REDIS_URL, prefix=redis_prefix, max_connections=5, socket_timeout=5.0)
+    an outage and switch Redis off for the breaker's interval. A Redis of the test's own stalls
+    writes for 100 ms (`CLIENT PAUSE … WRITE`) so that the burst really holds every connection
+    at once."""
     before = _degraded()
-    try:
-        await store.redis.execute_command("CLIENT", "PAUSE", 100, "WRITE")
-        claims = await asyncio.gather(
-            *(store.claim("default", f"b{n}", f"owner-{n}/f", 15) for n in range(40))
-        )
-    finally:
-        await store.close()
+    with private_redis() as url:
+        store = RedisKeyStore(url, max_connections=5, socket_timeout=5.0)
+        try:
+            await store.redis.execute_command("CLIENT", "PAUSE", 100, "WRITE")
+            claims = await asyncio.gather(
+                *(store.claim("default", f"b{n}", f"owner-{n}/f", 15) for n in range(40))
+            )
+        finally:
+            await store.close()
     assert {claim.state for claim in claims} == {LeaseState.ACQUIRED}
     assert _degraded() == before
     assert store.available
@@ -347,22 +352,24 @@ async def test_a_claim_sent_again_after_it_landed_holds_the_lease(redis_prefix: 
     assert (other.state, other.holder) == (LeaseState.BUSY, "owner-1/f")
 
 
-async def test_a_redis_reply_that_came_too_late_is_never_read_as_the_next_ones(
-    redis_prefix: str,
-) -> None:
+@needs_redis_server
+async def test_a_redis_reply_that_came_too_late_is_never_read_as_the_next_ones() -> None:
     """A command that timed out may still be answered later; its connection must not carry
-    that late reply to the next command (a claim would read another key's answer). Redis
-    holds every client for 600 ms (`CLIENT PAUSE … ALL`) while the store waits 200 ms."""
-    store = RedisKeyStore(REDIS_URL, prefix=redis_prefix, socket_timeout=0.2, breaker_seconds=0)
+    that late reply to the next command (a claim would read another key's answer). A Redis of
+    the test's own holds every client for 1.5 s (`CLIENT PAUSE … ALL`) while the store waits
+    0.5 s for the claim."""
     outcome = CachedOutcome("f" * 64, "submit", 1, 3, "5")
-    try:
-        await store.cache("default", "done", outcome)
-        await store.redis.execute_command("CLIENT", "PAUSE", 600, "ALL")
-        stalled = await store.claim("default", "other", "owner-a/f", 15)
-        await asyncio.sleep(0.6)  # the pause ends: the stalled claim's reply is sent
-        claim = await store.claim("default", "done", "owner-b/f", 15)
-    finally:
-        await store.close()
+    with private_redis() as url:
+        store = RedisKeyStore(url, socket_timeout=0.5, breaker_seconds=0)
+        try:
+            await store.cache("default", "done", outcome)
+            async with Redis.from_url(url) as admin:  # the store's short timeout is for claims
+                await admin.execute_command("CLIENT", "PAUSE", 1500, "ALL")
+            stalled = await store.claim("default", "other", "owner-a/f", 15)
+            await asyncio.sleep(1.5)  # the pause ends: the stalled claim's reply is sent
+            claim = await store.claim("default", "done", "owner-b/f", 15)
+        finally:
+            await store.close()
     assert stalled.state is LeaseState.UNAVAILABLE
     assert (claim.state, claim.outcome) == (LeaseState.CACHED, outcome)
 
