@@ -13,7 +13,6 @@ from pathlib import Path
 
 from sqlalchemy.engine import URL
 from sqlalchemy.ext.asyncio import AsyncEngine
-from sqlalchemy.schema import CreateSchema
 
 from writesafe.ledger._api_keys import ApiKeys
 from writesafe.ledger._backend import open_backend
@@ -89,13 +88,8 @@ class Ledger(HotPath, Reads, Reconciliation):
         """The service's API keys, kept in this ledger and timed on its clock."""
         return ApiKeys(self.engine, self.clock)
 
-    async def create_schema(self, name: str) -> None:
-        """Create the PostgreSQL schema `name` unless it exists (before the first `migrate`)."""
-        async with self.engine.begin() as connection:
-            await connection.execute(CreateSchema(name, if_not_exists=True))
-
     async def migrate(self) -> None:
-        """Bring the schema to the newest migration."""
+        """Bring the schema to the newest migration (creating a PostgreSQL schema not there)."""
         await upgrade(self.engine)
 
     async def downgrade(self, revision: str) -> None:

@@ -6,6 +6,7 @@ from typing import TYPE_CHECKING
 
 from sqlalchemy import Connection, text
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+from sqlalchemy.schema import CreateSchema
 
 if TYPE_CHECKING:
     from alembic.config import Config
@@ -48,14 +49,19 @@ async def upgrade(engine: AsyncEngine, revision: str = "head") -> None:
 
     Many workers may start at once: PostgreSQL upgrades of one schema queue on an advisory lock
     (SQLite on its write lock), so the first one migrates and the others find the schema current.
-    A schema already at head is only read: its workers need not queue behind one another.
+    A schema already at head is only read: its workers need not queue behind one another. A
+    PostgreSQL schema that does not exist yet is created in the same transaction, under the lock
+    (two CREATE SCHEMA IF NOT EXISTS at once collide): a worker that finds it missing meanwhile
+    takes the same lock, its `current_schema()` being NULL as the first one's was.
     """
     if revision == "head" and await current_revision(engine) == head_revision():
         return
     async with engine.begin() as connection:
-        await in_ledger_schema(connection)
+        schema = await in_ledger_schema(connection)
         if connection.dialect.name == "postgresql":
             await connection.execute(_LOCK_SCHEMA, {"key": _MIGRATION_LOCK})
+            if schema is not None:
+                await connection.execute(CreateSchema(schema, if_not_exists=True))
         await connection.run_sync(_upgrade, revision)
 
 
@@ -75,8 +81,9 @@ async def current_revision(engine: AsyncEngine) -> str | None:
 _SET_LOCAL_SEARCH_PATH = text("SELECT set_config('search_path', quote_ident(:schema), true)")
 
 
-async def in_ledger_schema(connection: AsyncConnection) -> None:
-    """Point this transaction's `search_path` at the ledger's schema.
+async def in_ledger_schema(connection: AsyncConnection) -> str | None:
+    """Point this transaction's `search_path` at the ledger's schema, and name it (None: the
+    connection's default).
 
     Statements name it themselves (the engine's `schema_translate_map`), but Alembic looks its
     version table up through `search_path`. Set for the transaction only (`SET LOCAL`), never
@@ -88,6 +95,7 @@ async def in_ledger_schema(connection: AsyncConnection) -> None:
     schema = (options.get("schema_translate_map") or {}).get(None)
     if schema is not None:
         await connection.execute(_SET_LOCAL_SEARCH_PATH, {"schema": schema})
+    return schema
 
 
 async def ensure_current(engine: AsyncEngine) -> None:

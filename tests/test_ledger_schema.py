@@ -7,13 +7,14 @@ import sqlite3
 from collections.abc import Iterator
 from pathlib import Path
 
+import asyncpg
 import pytest
 from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
 from sqlalchemy import Connection
 from typer.testing import CliRunner
 
-from tests.conftest import PG_URL, fresh_schema
+from tests.conftest import PG_URL, asyncpg_dsn, fresh_schema
 from writesafe import WriteSafe
 from writesafe.cli import app
 from writesafe.ledger import Base, Ledger, LedgerNotMigrated, head_revision
@@ -87,6 +88,26 @@ def test_db_upgrade_command_migrates_postgres(pg_schema: str) -> None:
     assert head_revision() in first.output
     again = runner.invoke(app, arguments)
     assert again.exit_code == 0, again.output
+
+
+async def test_workers_starting_at_once_create_a_schema_that_does_not_exist(
+    pg_schema: str,
+) -> None:
+    """`auto_migrate=True` with a schema not created yet creates it, as `writesafe db upgrade`
+    does; four workers starting at once all start (one creates it, under the migration lock:
+    two CREATE SCHEMA IF NOT EXISTS at once collide) and find it at head."""
+    connection = await asyncpg.connect(asyncpg_dsn())
+    try:
+        await connection.execute(f'DROP SCHEMA "{pg_schema}"')
+    finally:
+        await connection.close()
+    workers = [WriteSafe(PG_URL, schema=pg_schema, auto_migrate=True) for _ in range(4)]
+    try:
+        await asyncio.wait_for(asyncio.gather(*(ws.start() for ws in workers)), 60)
+        assert {await ws.ledger.revision() for ws in workers} == {head_revision()}
+    finally:
+        for ws in workers:
+            await ws.close()
 
 
 def test_db_upgrade_reports_an_unreachable_database() -> None:

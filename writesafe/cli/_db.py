@@ -36,14 +36,7 @@ def upgrade(
     """Create or upgrade the ledger's tables to the newest migration (safe to run again); a
     PostgreSQL schema that does not exist yet is created."""
     ws = app_or_settings(app, database_url, schema)
-
-    async def migrate(ws: WriteSafe) -> None:
-        name = ws.settings.db_schema
-        if name:  # a schema is PostgreSQL's (`schema=`)
-            await ws.ledger.create_schema(name)
-        await ws.ledger.migrate()
-
-    run(ws, migrate, may_create=True)
+    run(ws, lambda ws: ws.ledger.migrate(), may_create=True)
     Console().print(f"ledger schema at {head_revision()}")
 
 
