@@ -273,16 +273,17 @@ class Guard:
         repeats, and always while the ledger is restored (Redis may hold what it forgot)."""
         if self.keystore is None:
             return False
-        order = self.settings.store_order
-        share = self._repeats.get(call.tool.name, order.start)
-        return self._restores.open or order.redis_first(share)
+        return self._restores.open or self.settings.store_order.redis_first(self._share(call))
 
     def _note(self, call: GuardedCall, *, repeat: bool) -> None:
         """Count the call into its tool's share of repeats: it found its key known, or new."""
         if self.keystore is not None:
-            order = self.settings.store_order
-            name = call.tool.name
-            self._repeats[name] = order.after(self._repeats.get(name, order.start), repeat=repeat)
+            share = self.settings.store_order.after(self._share(call), repeat=repeat)
+            self._repeats[call.tool.name] = share
+
+    def _share(self, call: GuardedCall) -> float:
+        """The share of repeats among the recent calls of `call`'s tool."""
+        return self._repeats.get(call.tool.name, self.settings.store_order.start)
 
     async def _call(self, call: GuardedCall, look: Look | None) -> _Answer:
         loop = asyncio.get_running_loop()
