@@ -28,7 +28,12 @@ _READ_ONLY = "writesafe_read_only"
 
 
 class UnsupportedDatabase(ValueError):
-    """The database URL names a backend the ledger does not support, or an option it cannot take."""
+    """The database URL names a backend the ledger does not support, or an option it cannot take;
+    `setting`: the one to change (`database_url`, or `schema` for a schema it cannot use)."""
+
+    def __init__(self, message: str, *, setting: str = "database_url") -> None:
+        super().__init__(message)
+        self.setting = setting
 
 
 class Pooler(StrEnum):
@@ -135,6 +140,9 @@ class ConnectionBudget:
         return self.max_connections - self.writer_size
 
 
+# PostgreSQL's longest name (NAMEDATALEN - 1): a longer one would be cut short by the server.
+_MAX_NAME_BYTES = 63
+
 # SQLAlchemy's connections kept open between uses; one serves the reconciler and the reads.
 _SQLALCHEMY_KEPT = 2
 
@@ -151,11 +159,17 @@ def create_engine(
     parsed = parse_url(url)
     if parsed.get_backend_name() == "sqlite":
         if schema is not None:
-            raise UnsupportedDatabase("schema= is only supported on PostgreSQL")
+            raise UnsupportedDatabase("schema= is only supported on PostgreSQL", setting="schema")
         if parsed.get_driver_name() != "aiosqlite":
             raise UnsupportedDatabase("use the async SQLite driver: sqlite+aiosqlite:///path.db")
         return _sqlite_engine(parsed)
     if parsed.get_backend_name() == "postgresql":
+        if schema is not None and not 0 < len(schema.encode()) <= _MAX_NAME_BYTES:
+            raise UnsupportedDatabase(
+                f"schema= must be a PostgreSQL name of 1 to {_MAX_NAME_BYTES} bytes, "
+                f"not {schema!r}",
+                setting="schema",
+            )
         return _postgres_engine(
             postgres_url(parsed),
             schema,

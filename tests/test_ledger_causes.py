@@ -11,6 +11,7 @@ from sqlalchemy.exc import OperationalError, ProgrammingError
 from sqlalchemy.exc import TimeoutError as PoolTimeout
 from typer.testing import CliRunner
 
+from writesafe import WriteSafe
 from writesafe.cli import app
 from writesafe.ledger import LedgerNotMigrated, UnsupportedDatabase
 from writesafe.ledger._engine import Pooler, postgres_url
@@ -164,3 +165,15 @@ def test_every_url_mistake_is_one_line_and_exit_2(url: str) -> None:
     assert result.exit_code == 2, result.output
     assert result.output.startswith("error: --database-url: ")
     assert result.output.count("\n") == 1
+
+
+@pytest.mark.parametrize("schema", ["", "s" * 64, "é" * 32])
+def test_a_schema_postgresql_cannot_name_is_refused_before_a_connection(schema: str) -> None:
+    """Empty, or longer than PostgreSQL's 63 bytes (which it would cut short), refused at once:
+    not the driver's syntax error, nor SQLAlchemy's, when the ledger first starts."""
+    with pytest.raises(UnsupportedDatabase, match="schema= must be a PostgreSQL name of 1 to 63"):
+        WriteSafe(BASE, schema=schema)
+    result = CliRunner().invoke(app, ["db", "upgrade", "--database-url", BASE, "--schema", schema])
+    assert result.exit_code == 2, result.output
+    assert result.output.count("\n") == 1
+    assert result.output.startswith("error: --schema: schema= must be")

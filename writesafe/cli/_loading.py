@@ -62,6 +62,7 @@ def app_or_settings(app: str | None, database_url: str | None, schema: str | Non
     try:
         return WriteSafe(database_url, schema=schema, auto_migrate=False)
     except UnsupportedDatabase as error:  # a sync driver, an unknown scheme, a bad URL option
-        raise fail(f"--database-url: {error}", ExitCode.USAGE) from error
+        option = "--" + error.setting.replace("_", "-")
+        raise fail(f"{option}: {error}", ExitCode.USAGE) from error
     except SettingsRefused as refused:
         raise fail(str(refused), ExitCode.USAGE) from None
