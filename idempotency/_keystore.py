@@ -39,6 +39,7 @@ from writesafe.idempotency._redis_connections import (
     RedisConnections,
     pack,
 )
+from writesafe.idempotency._settings import CLUSTER_SCHEMES
 from writesafe.idempotency._store_answers import (
     DEFAULT_MAX_CACHED_BYTES,
     CachedOutcome,
@@ -63,7 +64,6 @@ if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('PEXPIRE', KEYS[
 return 0
 """
 
-_CLUSTER_SCHEMES = ("redis+cluster://", "rediss+cluster://")
 _MAPPING_SECONDS = 5.0  # the longest a cluster client may take to learn the cluster's layout
 # What a command that did not reach Redis raises: redis-py's cluster client adds errors of its
 # own (no node holds the slot, the cluster could not be mapped) outside `RedisError`.
@@ -88,7 +88,7 @@ class RedisKeyStore:
         max_connections: int = 50,
     ) -> None:
         self.prefix = prefix
-        self.cluster = url.startswith(_CLUSTER_SCHEMES)
+        self.cluster = url.startswith(CLUSTER_SCHEMES)
         self._url = url.replace("+cluster", "", 1) if self.cluster else url
         self._max_connections = max_connections
         self._outcome_ttl = _ms(outcome_ttl)

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from pydantic import Field
+from collections.abc import Mapping
+
+from pydantic import Field, ValidationError, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from writesafe.idempotency._results import DEFAULT_MAX_RESULT_BYTES
@@ -11,10 +13,14 @@ from writesafe.ledger import DEFAULT_DATABASE_URL
 from writesafe.ledger._retention import DEFAULT_TOMBSTONE_RETENTION
 from writesafe.reconciler._store_order import StoreOrder
 
+# The Redis URLs the key store takes (a cluster's: `idempotency._keystore`).
+CLUSTER_SCHEMES = ("redis+cluster://", "rediss+cluster://")
+REDIS_SCHEMES = ("redis://", "rediss://", "unix://", *CLUSTER_SCHEMES)
+
 
 class SettingsRefused(ValueError):
-    """A configuration that would break a guarantee (its message is one line, saying which
-    setting to change and to what)."""
+    """A configuration refused: a value out of range, or one that would break a guarantee (its
+    message is one line, naming the setting to change)."""
 
 
 class WriteSafeSettings(BaseSettings):
@@ -82,3 +88,30 @@ class WriteSafeSettings(BaseSettings):
     reconcile_backoff_max: float = Field(default=600.0, gt=0, description="recheck delay cap (s)")
     reconcile_lease: float = Field(default=30.0, gt=0, description="a worker's claim lease (s)")
     reconcile_batch: int = Field(default=16, ge=1, description="operations leased at a time")
+
+    @field_validator("redis_url")
+    @classmethod
+    def _a_redis_url(cls, url: str | None) -> str | None:
+        if url and not url.startswith(REDIS_SCHEMES):
+            raise ValueError("a Redis URL starts with " + ", ".join(REDIS_SCHEMES))
+        return url
+
+
+def checked_settings(
+    base: WriteSafeSettings | None, overrides: Mapping[str, object]
+) -> WriteSafeSettings:
+    """`base` (else the WRITESAFE_* variables) with `overrides` on top, every value checked: one
+    out of range is a one-line `SettingsRefused` naming the setting, not pydantic's report.
+    (`model_copy(update=…)` would take an override unchecked: a negative lease, say.)"""
+    try:
+        base = base or WriteSafeSettings()
+        return type(base).model_validate({**base.model_dump(), **overrides})
+    except ValidationError as error:
+        raise SettingsRefused(_refusal(error)) from None
+
+
+def _refusal(error: ValidationError) -> str:
+    """The first problem, without the value given: a URL may hold a password."""
+    first = error.errors()[0]
+    name = ".".join(str(part) for part in first["loc"])
+    return f"{name} (WRITESAFE_{name.upper()}): {first['msg'].removeprefix('Value error, ')}"
