@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
+from types import MappingProxyType
+from typing import TypeVar
 
 from pydantic import Field, ValidationError, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -16,6 +18,9 @@ from writesafe.reconciler._store_order import StoreOrder
 # The Redis URLs the key store takes (a cluster's: `idempotency._keystore`).
 CLUSTER_SCHEMES = ("redis+cluster://", "rediss+cluster://")
 REDIS_SCHEMES = ("redis://", "rediss://", "unix://", *CLUSTER_SCHEMES)
+
+Settings = TypeVar("Settings", bound=BaseSettings)
+_NONE: Mapping[str, object] = MappingProxyType({})
 
 
 class SettingsRefused(ValueError):
@@ -98,20 +103,20 @@ class WriteSafeSettings(BaseSettings):
 
 
 def checked_settings(
-    base: WriteSafeSettings | None, overrides: Mapping[str, object]
-) -> WriteSafeSettings:
-    """`base` (else the WRITESAFE_* variables) with `overrides` on top, every value checked: one
-    out of range is a one-line `SettingsRefused` naming the setting, not pydantic's report.
-    (`model_copy(update=…)` would take an override unchecked: a negative lease, say.)"""
+    kind: type[Settings], base: Settings | None = None, overrides: Mapping[str, object] = _NONE
+) -> Settings:
+    """`base` (else `kind` read from its environment variables) with `overrides` on top, every
+    value checked: one out of range is a one-line `SettingsRefused` naming the setting, not
+    pydantic's report. (`model_copy(update=…)` would take an override unchecked.)"""
     try:
-        base = base or WriteSafeSettings()
+        base = base or kind()
         return type(base).model_validate({**base.model_dump(), **overrides})
     except ValidationError as error:
-        raise SettingsRefused(_refusal(error)) from None
+        raise SettingsRefused(_refusal(error, kind.model_config.get("env_prefix", ""))) from None
 
 
-def _refusal(error: ValidationError) -> str:
+def _refusal(error: ValidationError, prefix: str) -> str:
     """The first problem, without the value given: a URL may hold a password."""
     first = error.errors()[0]
     name = ".".join(str(part) for part in first["loc"])
-    return f"{name} (WRITESAFE_{name.upper()}): {first['msg'].removeprefix('Value error, ')}"
+    return f"{name} ({prefix}{name.upper()}): {first['msg'].removeprefix('Value error, ')}"

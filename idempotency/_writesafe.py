@@ -125,7 +125,7 @@ class WriteSafe:
             "wait_timeout": wait_timeout,
         }
         given = {name: value for name, value in overrides.items() if value is not None}
-        self.settings = checked_settings(settings, given)
+        self.settings = checked_settings(WriteSafeSettings, settings, given)
         _check_retention(self.settings, settle_after=0.0)
         self.codes = codes or CODES
         self._given_clock = clock  # a test's clock; without one the store's clock judges time

@@ -59,3 +59,14 @@ def test_arguments_win_over_variables_and_a_given_settings_object(
     assert (WriteSafe(url, settings=given).settings.lease_seconds, given.wait_timeout) == (7, 2)
     made = WriteSafe(url, settings=given, lease_seconds=4).settings
     assert (made.lease_seconds, made.wait_timeout) == (4, 2)
+
+
+def test_the_service_settings_are_checked_too(url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`writesafe serve` refuses a bad WRITESAFE_SERVICE_* value in one line before it serves."""
+    monkeypatch.setenv("WRITESAFE_DATABASE_URL", url)
+    monkeypatch.setenv("WRITESAFE_SERVICE_MAX_BODY_BYTES", "-3")
+    result = CliRunner().invoke(app, ["serve", "tests.apps.console_app:ws", "--port", "1"])
+    assert result.exit_code == 2, result.output
+    assert result.output.count("\n") == 1
+    says = "max_body_bytes (WRITESAFE_SERVICE_MAX_BODY_BYTES): Input should be greater"
+    assert result.output.startswith(f"error: {says}")

@@ -17,7 +17,8 @@ from writesafe.cli._exit import ExitCode
 from writesafe.cli._loading import fail, load_app
 from writesafe.cli._options import AppArgument
 from writesafe.cli._runner import run
-from writesafe.idempotency import WriteSafe, configure_logging
+from writesafe.idempotency import SettingsRefused, WriteSafe, configure_logging
+from writesafe.idempotency._settings import checked_settings
 
 HostOption = Annotated[
     str,
@@ -75,7 +76,10 @@ def serve(
     ws = load_app(app)
     if json_logs:
         configure_logging(json=True)
-    settings = ServiceSettings()
+    try:
+        settings = checked_settings(ServiceSettings)
+    except SettingsRefused as refused:
+        raise fail(str(refused), ExitCode.USAGE) from None
     config = server_config(
         create_app(ws, settings),
         settings,
