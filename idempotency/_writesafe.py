@@ -215,6 +215,10 @@ class WriteSafe:
         _check_retention(self.settings, settle_after)
         if lookup_timeout <= 0:
             raise ValueError("lookup_timeout must be positive")
+        if wait_timeout is not None and wait_timeout < 0:
+            raise ValueError(
+                "wait_timeout must not be negative (0: a busy key is IN_PROGRESS at once)"
+            )
         if read_only and lookup is not None:
             raise ValueError(f"{name}: a read-only tool has no effect for a lookup to find")
 

@@ -1,5 +1,6 @@
 """The settings door: every value, from an argument or a WRITESAFE_* variable, is checked when the
-WriteSafe is made, and a bad one is one line naming the setting (the CLI: that line, exit 2)."""
+WriteSafe is made, and a bad one is one line naming the setting (the CLI: that line, exit 2); a
+tool's options are checked when it is registered."""
 
 from __future__ import annotations
 
@@ -70,3 +71,27 @@ def test_the_service_settings_are_checked_too(url: str, monkeypatch: pytest.Monk
     assert result.output.count("\n") == 1
     says = "max_body_bytes (WRITESAFE_SERVICE_MAX_BODY_BYTES): Input should be greater"
     assert result.output.startswith(f"error: {says}")
+
+
+@pytest.mark.parametrize(
+    ("options", "says"),
+    [
+        ({"max_executions": 0}, "max_executions counts the first execution"),
+        ({"timeout": 0}, "timeout must be positive"),
+        ({"settle_after": -1}, "settle_after must not be negative"),
+        ({"lookup_timeout": 0}, "lookup_timeout must be positive"),
+        ({"wait_timeout": -1}, "wait_timeout must not be negative"),
+    ],
+)
+def test_a_tool_option_out_of_range_is_refused_at_registration(
+    url: str, options: dict[str, object], says: str
+) -> None:
+    ws = WriteSafe(url)
+    with pytest.raises(ValueError, match=says):
+        ws.tool("submit", **options)  # type: ignore[arg-type]
+
+    @ws.tool("submit")  # nothing was half-registered: the name is still free
+    async def submit(n: int) -> int:
+        return n
+
+    assert submit.name == "submit"
