@@ -51,8 +51,10 @@ async def upgrade(engine: AsyncEngine, revision: str = "head") -> None:
     (SQLite on its write lock), so the first one migrates and the others find the schema current.
     A schema already at head is only read: its workers need not queue behind one another. A
     PostgreSQL schema that does not exist yet is created in the same transaction, under the lock
-    (two CREATE SCHEMA IF NOT EXISTS at once collide): a worker that finds it missing meanwhile
-    takes the same lock, its `current_schema()` being NULL as the first one's was.
+    (two CREATE SCHEMA at once collide): a worker that finds it missing meanwhile takes the same
+    lock, its `current_schema()` being NULL as the first one's was. One that exists is not
+    created again: even IF NOT EXISTS needs the CREATE privilege on the database, which the role
+    of a schema made by someone else may lack.
     """
     if revision == "head" and await current_revision(engine) == head_revision():
         return
@@ -60,8 +62,8 @@ async def upgrade(engine: AsyncEngine, revision: str = "head") -> None:
         schema = await in_ledger_schema(connection)
         if connection.dialect.name == "postgresql":
             await connection.execute(_LOCK_SCHEMA, {"key": _MIGRATION_LOCK})
-            if schema is not None:
-                await connection.execute(CreateSchema(schema, if_not_exists=True))
+            if schema is not None and not await connection.scalar(_SCHEMA_EXISTS, {"name": schema}):
+                await connection.execute(CreateSchema(schema))
         await connection.run_sync(_upgrade, revision)
 
 
@@ -78,6 +80,7 @@ async def current_revision(engine: AsyncEngine) -> str | None:
         return await connection.run_sync(_current)
 
 
+_SCHEMA_EXISTS = text("SELECT EXISTS (SELECT FROM pg_namespace WHERE nspname = :name)")
 _SET_LOCAL_SEARCH_PATH = text("SELECT set_config('search_path', quote_ident(:schema), true)")
 
 
