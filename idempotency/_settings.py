@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from types import MappingProxyType
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from pydantic import Field, ValidationError, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -19,8 +18,7 @@ from writesafe.reconciler._store_order import StoreOrder
 CLUSTER_SCHEMES = ("redis+cluster://", "rediss+cluster://")
 REDIS_SCHEMES = ("redis://", "rediss://", "unix://", *CLUSTER_SCHEMES)
 
-Settings = TypeVar("Settings", bound=BaseSettings)
-_NONE: Mapping[str, object] = MappingProxyType({})
+Settings = TypeVar("Settings", bound="CheckedSettings")
 
 
 class SettingsRefused(ValueError):
@@ -28,7 +26,19 @@ class SettingsRefused(ValueError):
     message is one line, naming the setting to change)."""
 
 
-class WriteSafeSettings(BaseSettings):
+class CheckedSettings(BaseSettings):
+    """Settings checked when made, from arguments or environment variables alike: a bad value
+    is a one-line `SettingsRefused` naming the setting and its variable, not pydantic's report."""
+
+    def __init__(self, **values: Any) -> None:
+        try:
+            super().__init__(**values)
+        except ValidationError as error:
+            prefix = type(self).model_config.get("env_prefix", "")
+            raise SettingsRefused(_refusal(error, prefix)) from None
+
+
+class WriteSafeSettings(CheckedSettings):
     """Every knob of a `WriteSafe`, with the embedded default: SQLite file, no Redis."""
 
     model_config = SettingsConfigDict(env_prefix="WRITESAFE_", extra="ignore")
@@ -102,17 +112,10 @@ class WriteSafeSettings(BaseSettings):
         return url
 
 
-def checked_settings(
-    kind: type[Settings], base: Settings | None = None, overrides: Mapping[str, object] = _NONE
-) -> Settings:
-    """`base` (else `kind` read from its environment variables) with `overrides` on top, every
-    value checked: one out of range is a one-line `SettingsRefused` naming the setting, not
-    pydantic's report. (`model_copy(update=…)` would take an override unchecked.)"""
-    try:
-        base = base or kind()
-        return type(base).model_validate({**base.model_dump(), **overrides})
-    except ValidationError as error:
-        raise SettingsRefused(_refusal(error, kind.model_config.get("env_prefix", ""))) from None
+def overridden(base: Settings, overrides: Mapping[str, object]) -> Settings:
+    """`base` with `overrides` on top, checked as when it was made (`model_copy(update=…)` would
+    take them unchecked: a negative lease, say)."""
+    return type(base)(**{**base.model_dump(), **overrides}) if overrides else base
 
 
 def _refusal(error: ValidationError, prefix: str) -> str:

@@ -16,7 +16,7 @@ from writesafe.idempotency._guard import Guard, GuardSettings
 from writesafe.idempotency._keys import DEFAULT_SCOPE, refuse_hidden_characters, validate_key
 from writesafe.idempotency._recording import LEDGER_ERRORS
 from writesafe.idempotency._results import ResultCodec, ResultNotStored
-from writesafe.idempotency._settings import SettingsRefused, WriteSafeSettings, checked_settings
+from writesafe.idempotency._settings import SettingsRefused, WriteSafeSettings, overridden
 from writesafe.idempotency._spec import DEFAULT_LOOKUP_TIMEOUT, ToolSpec
 from writesafe.idempotency._sync import SyncTool, SyncWriteSafe, async_face, threaded_lookup
 from writesafe.idempotency._tool import Tool
@@ -125,7 +125,7 @@ class WriteSafe:
             "wait_timeout": wait_timeout,
         }
         given = {name: value for name, value in overrides.items() if value is not None}
-        self.settings = checked_settings(WriteSafeSettings, settings, given)
+        self.settings = overridden(settings or WriteSafeSettings(), given)
         _check_retention(self.settings, settle_after=0.0)
         self.codes = codes or CODES
         self._given_clock = clock  # a test's clock; without one the store's clock judges time

@@ -18,7 +18,6 @@ from writesafe.cli._loading import fail, load_app
 from writesafe.cli._options import AppArgument
 from writesafe.cli._runner import run
 from writesafe.idempotency import SettingsRefused, WriteSafe, configure_logging
-from writesafe.idempotency._settings import checked_settings
 
 HostOption = Annotated[
     str,
@@ -77,7 +76,7 @@ def serve(
     if json_logs:
         configure_logging(json=True)
     try:
-        settings = checked_settings(ServiceSettings)
+        settings = ServiceSettings()
     except SettingsRefused as refused:
         raise fail(str(refused), ExitCode.USAGE) from None
     config = server_config(

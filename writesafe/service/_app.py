@@ -13,7 +13,6 @@ from sqlalchemy.exc import SQLAlchemyError
 from starlette.exceptions import HTTPException
 
 from writesafe.idempotency import WriteSafe, WriteSafeError
-from writesafe.idempotency._settings import checked_settings
 from writesafe.ledger import LedgerNotMigrated
 from writesafe.reconciler._causes import KEY_STORE, LEDGER
 from writesafe.service._auth import (
@@ -55,7 +54,7 @@ def create_app(ws: WriteSafe, settings: ServiceSettings | None = None) -> Servic
     Start `ws` before serving (`await ws.start()`) to fail fast on an unreachable ledger; a
     service started without it still answers, with 503 until the ledger does.
     """
-    settings = settings or checked_settings(ServiceSettings)
+    settings = settings or ServiceSettings()
     secret = settings.cursor_secret
     ctx = ServiceContext(
         ws=ws,

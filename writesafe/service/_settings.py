@@ -4,10 +4,12 @@ from __future__ import annotations
 
 from limits import parse_many
 from pydantic import Field, SecretStr, field_validator
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic_settings import SettingsConfigDict
+
+from writesafe.idempotency._settings import CheckedSettings
 
 
-class ServiceSettings(BaseSettings):
+class ServiceSettings(CheckedSettings):
     model_config = SettingsConfigDict(env_prefix="WRITESAFE_SERVICE_", extra="ignore")
 
     max_body_bytes: int = Field(
