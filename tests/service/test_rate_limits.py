@@ -7,7 +7,6 @@ from contextlib import asynccontextmanager
 
 import httpx
 import pytest
-from pydantic import ValidationError
 
 from tests.conftest import MakeWriteSafe
 from tests.service.support import (
@@ -17,6 +16,7 @@ from tests.service.support import (
     issue_keys,
     served,
 )
+from writesafe.idempotency import SettingsRefused
 from writesafe.ledger import Role
 from writesafe.service import ServiceSettings, create_app
 
@@ -126,5 +126,7 @@ async def test_limits_switch_off(make_ws: MakeWriteSafe) -> None:
 
 
 def test_a_limit_the_limiter_cannot_read_is_refused_at_start() -> None:
-    with pytest.raises(ValidationError, match="rate_limit_per_key"):
+    with pytest.raises(
+        SettingsRefused, match=r"^rate_limit_per_key \(WRITESAFE_SERVICE_RATE_LIMIT"
+    ):
         ServiceSettings(rate_limit_per_key="plenty")
