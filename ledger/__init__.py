@@ -15,6 +15,7 @@ from writesafe.ledger._migrations import (
     current_revision,
     downgrade,
     head_revision,
+    revisions,
 )
 from writesafe.ledger._models import ApiKey, Attempt, Base, LedgerState, Operation
 from writesafe.ledger._reconciliation import LEASE_EXPIRED, DueBatch, Settlement
@@ -102,4 +103,5 @@ __all__ = [
     "mark_path",
     "prune",
     "restored_state",
+    "revisions",
 ]

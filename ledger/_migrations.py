@@ -38,6 +38,15 @@ def head_revision() -> str:
     return head
 
 
+def revisions() -> list[str]:
+    """Every migration the ledger ships, oldest first: what a downgrade may go back to (or
+    `base`, none)."""
+    from alembic.script import ScriptDirectory
+
+    walked = ScriptDirectory.from_config(_config()).walk_revisions()  # newest first
+    return [script.revision for script in reversed(list(walked))]
+
+
 # Any fixed 32-bit number: with the schema's hash, the PostgreSQL advisory lock that serialises
 # concurrent upgrades of one schema (ledgers in other schemas migrate without waiting for it).
 _MIGRATION_LOCK = 0x77736166

@@ -141,6 +141,16 @@ def test_db_current_and_downgrade(workdir: Path) -> None:
     assert "writesafe db upgrade" in behind.stdout
 
 
+def test_a_downgrade_to_no_such_revision_is_exit_2_and_changes_nothing(workdir: Path) -> None:
+    """A mistyped revision is the caller's mistake (exit 2, one line naming the ones there are),
+    checked before the ledger is opened; it was alembic's CommandError, exit 1."""
+    assert cli("db", "upgrade", "--app", "myapp:ws").exit_code == 0
+    line = one_line_error(cli("db", "downgrade", "9999", "--app", "myapp:ws"), 2)
+    assert "'9999' is not a migration; one of base, 0001, " in line
+    assert line.endswith(head_revision())
+    assert f"at {head_revision()} (current)" in cli("db", "current", "--app", "myapp:ws").stdout
+
+
 @pytest.mark.postgres
 def test_status_on_an_unmigrated_schema_is_exit_1(pg_schema: str) -> None:
     line = one_line_error(cli("status", "k1", "--database-url", PG_URL, "--schema", pg_schema), 1)

@@ -185,6 +185,7 @@ FACES: dict[str, list[str]] = {
         "mark_path",
         "prune",
         "restored_state",
+        "revisions",
     ],
     "writesafe.service": [
         "MAX_TOKEN_LENGTH",

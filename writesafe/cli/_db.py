@@ -11,7 +11,7 @@ import typer
 from rich.console import Console
 
 from writesafe.cli._exit import ExitCode
-from writesafe.cli._loading import app_or_settings
+from writesafe.cli._loading import app_or_settings, fail
 from writesafe.cli._options import AppOption, DatabaseUrlOption, JsonOption, SchemaOption
 from writesafe.cli._restored import restored
 from writesafe.cli._runner import run
@@ -21,6 +21,7 @@ from writesafe.ledger import (
     PruneReport,
     head_revision,
     prune,
+    revisions,
 )
 
 db_app = typer.Typer(help="Manage the ledger's schema and retention.", no_args_is_help=True)
@@ -65,7 +66,12 @@ def downgrade_command(
     database_url: DatabaseUrlOption = None,
     schema: SchemaOption = None,
 ) -> None:
-    """Undo migrations down to REVISION (their tables and data go with them)."""
+    """Undo migrations down to REVISION (their tables and data go with them). Exit 2 if REVISION
+    is not one of the ledger's migrations."""
+    known = ["base", *revisions()]
+    if revision not in known:
+        message = f"REVISION: {revision!r} is not a migration; one of {', '.join(known)}"
+        raise fail(message, ExitCode.USAGE)
     ws = app_or_settings(app, database_url, schema)
     run(ws, lambda ws: ws.ledger.downgrade(revision))
     now = run(app_or_settings(app, database_url, schema), lambda ws: ws.ledger.revision())
