@@ -19,11 +19,16 @@ from typing import Any
 import asyncpg
 from sqlalchemy.exc import TimeoutError as PoolTimeout
 
-# Failures of the connection rather than of the statement.
+# Failures of the connection rather than of the statement. A backend ended by the server (an
+# administrator's pg_terminate_backend, a shutdown, a crash) seldom goes alone: its idle siblings
+# are likely ended too, and one reused before its socket reports the close fails at its next
+# statement with asyncpg's InternalClientError.
 _BROKEN: tuple[type[BaseException], ...] = (
     asyncpg.InterfaceError,
     asyncpg.InternalClientError,
     asyncpg.PostgresConnectionError,
+    asyncpg.AdminShutdownError,
+    asyncpg.CrashShutdownError,
     OSError,
 )
 

@@ -34,6 +34,9 @@ _BY_SQLSTATE: dict[str, LedgerCause] = {
     "28": LedgerCause.MISCONFIGURED,  # authentication failed
 }
 
+# asyncpg's words for a connection asked to start a statement while another is in progress.
+_STUCK = "another operation"
+
 # PgBouncer reports its own refusals as protocol violations (08P01); the message says which.
 _POOLER_MESSAGES: tuple[tuple[str, LedgerCause], ...] = (
     ("no more connections allowed", LedgerCause.BUSY),
@@ -69,6 +72,11 @@ def _cause_of(error: BaseException) -> LedgerCause | None:
         return LedgerCause.MISCONFIGURED
     if isinstance(error, asyncpg.PostgresError):
         return _postgres_cause(str(error.sqlstate or ""), str(error))
+    if isinstance(error, asyncpg.InternalClientError) and _STUCK in str(error):
+        # "cannot switch to state 12; another operation (2) is in progress": the connection is
+        # still taking in an error (its backend was ended: a FATAL arrived while it sat idle)
+        # whose end will never come. Nothing shares a connection here, so it is a lost one.
+        return LedgerCause.UNREACHABLE
     if isinstance(error, asyncpg.InterfaceError):
         # A client-side refusal: the connection is closed, or it is used wrongly.
         closed = "closed" in str(error) or "connection" in str(error)

@@ -41,6 +41,17 @@ CASES: list[tuple[str, BaseException, LedgerCause]] = [
         _wrapped(_pg(asyncpg.ConnectionDoesNotExistError, "connection was closed")),
         LedgerCause.UNREACHABLE,
     ),
+    (
+        # A connection reused while it still takes in the FATAL of its ended backend (seen in
+        # the chaos run after pg_terminate_backend): an outage, not a defect to hand off.
+        "ended backend, reused",
+        _wrapped(
+            asyncpg.InternalClientError(
+                "cannot switch to state 12; another operation (2) is in progress"
+            )
+        ),
+        LedgerCause.UNREACHABLE,
+    ),
     ("too many clients", _wrapped(_pg(asyncpg.TooManyConnectionsError)), LedgerCause.BUSY),
     (
         "pooler full",
@@ -56,6 +67,7 @@ CASES: list[tuple[str, BaseException, LedgerCause]] = [
     ("bad statement", _wrapped(_pg(asyncpg.SyntaxOrAccessError)), LedgerCause.STATEMENT),
     ("SQLite constraint", sqlite3.IntegrityError("CHECK failed"), LedgerCause.STATEMENT),
     ("nothing said", RuntimeError("?"), LedgerCause.STATEMENT),
+    ("driver defect", _wrapped(asyncpg.InternalClientError("?")), LedgerCause.STATEMENT),
     (
         "not migrated",
         ProgrammingError("SELECT", None, _pg(asyncpg.UndefinedTableError)),
