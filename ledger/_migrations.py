@@ -10,6 +10,7 @@ from sqlalchemy.schema import CreateSchema
 
 if TYPE_CHECKING:
     from alembic.config import Config
+    from alembic.script import ScriptDirectory
 
 # Alembic is imported where a migration runs, not with the ledger: it costs every process
 # (each CLI call, each worker) a few hundred milliseconds that most of them never need.
@@ -30,10 +31,15 @@ def _config() -> Config:
     return config
 
 
-def head_revision() -> str:
+def _scripts() -> ScriptDirectory:
+    """The migrations the ledger ships."""
     from alembic.script import ScriptDirectory
 
-    head = ScriptDirectory.from_config(_config()).get_current_head()
+    return ScriptDirectory.from_config(_config())
+
+
+def head_revision() -> str:
+    head = _scripts().get_current_head()
     assert head is not None, "the ledger ships at least one migration"
     return head
 
@@ -41,9 +47,7 @@ def head_revision() -> str:
 def revisions() -> list[str]:
     """Every migration the ledger ships, oldest first: what a downgrade may go back to (or
     `base`, none)."""
-    from alembic.script import ScriptDirectory
-
-    walked = ScriptDirectory.from_config(_config()).walk_revisions()  # newest first
+    walked = _scripts().walk_revisions()  # newest first
     return [script.revision for script in reversed(list(walked))]
 
 
