@@ -31,14 +31,13 @@ from multiprocessing.synchronize import Barrier
 from pathlib import Path
 from typing import Any
 
-import aiosqlite
-import asyncpg
 from rich.console import Console
 from rich.table import Table
 
 from bench import throughput_peers
 from bench._cli import run_and_report
-from bench._setup import asyncpg_dsn, create_postgres_floor, create_sqlite_floor, isolated
+from bench._floors import postgres_floor, sqlite_floor
+from bench._setup import create_postgres_floor, create_sqlite_floor, isolated
 from bench.guard import ORDER, bare_write
 from writesafe import WriteSafe
 
@@ -102,37 +101,15 @@ async def _guard_job(job: Job, barrier: Barrier) -> int:
 
 async def _floor_job(job: Job, barrier: Barrier) -> int:
     if job.backend == "embedded":
-        lite = await aiosqlite.connect(job.sqlite_path, isolation_level=None, timeout=30)
-        await lite.execute("PRAGMA journal_mode=WAL")
-        await lite.execute("PRAGMA synchronous=FULL")
-        lock = asyncio.Lock()  # one connection, like the ledger's serialised writers
-        barrier.wait()
-
-        async def lite_one(key: str) -> None:
-            for _ in range(2):
-                async with lock:
-                    await lite.execute("INSERT INTO bench_floor (k) VALUES (?)", (key,))
-
-        try:
-            return await _loop(job, lite_one)
-        finally:
-            await lite.close()
-    pool = await asyncpg.create_pool(
-        asyncpg_dsn(job.database_url),
-        min_size=1,
-        max_size=min(job.in_flight, 30),
-        server_settings={"search_path": job.schema or "public"},
-    )
+        one, close = await sqlite_floor(job.sqlite_path)
+    else:
+        assert job.schema is not None
+        one, close = await postgres_floor(job.database_url, job.schema, min(job.in_flight, 30))
     barrier.wait()
-
-    async def one(key: str) -> None:
-        for _ in range(2):
-            await pool.execute("INSERT INTO bench_floor (k) VALUES ($1)", key)
-
     try:
         return await _loop(job, one)
     finally:
-        await pool.close()
+        await close()
 
 
 def _process(job: Job, barrier: Barrier, results: Any) -> None:
