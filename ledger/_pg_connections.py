@@ -6,13 +6,18 @@ The writer needs less than a general pool: its statements run in autocommit and 
 state, so a connection can be reused as it is. One that failed in any way is closed instead,
 together with the idle ones when the failure was the connection itself (a restarted server or a
 terminated backend takes its siblings with it). One left unused for `idle_seconds` is closed, so
-that a burst does not hold the shared server's connections for good.
+that a burst does not hold the shared server's connections for good. A caller waiting for a
+connection waits in turn, handed its slot by the release before it; the waits share one timer,
+since each ends `wait_seconds` after it began and the first to begin is the first to end (a
+timer per wait, as `asyncio.timeout` sets, was a twentieth of a call's CPU while the pool was
+busy).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+from collections import deque
 from collections.abc import Mapping
 from typing import Any
 
@@ -42,30 +47,23 @@ class ConnectionPool:
     ) -> None:
         self._connect = dict(connect)
         self._size, self._idle_seconds, self._wait_seconds = size, idle_seconds, wait_seconds
-        self._slots = asyncio.Semaphore(size)
+        self._in_use = 0  # slots taken, including those handed to a waiter not yet resumed
+        self._waiters: deque[tuple[float, asyncio.Future[None]]] = deque()  # (deadline, it)
+        self._expiry: asyncio.TimerHandle | None = None  # at the first waiter's deadline
         self._idle: list[tuple[float, asyncpg.Connection]] = []  # (when it was last used, it)
         self._timer: asyncio.TimerHandle | None = None
         self._closing: set[asyncio.Task[None]] = set()
 
     async def acquire(self) -> asyncpg.Connection:
         """An idle connection, or a new one; wait while `size` are in use."""
-        try:
-            if self._slots.locked():
-                # `asyncio.timeout`, not `wait_for`: on 3.11 that runs the wait as a task.
-                async with asyncio.timeout(self._wait_seconds):
-                    await self._slots.acquire()
-            else:  # a free slot is taken without suspending: no timer to set and cancel
-                await self._slots.acquire()
-        except TimeoutError:
-            # Raised as SQLAlchemy's pool raises it, so both pools of the budget read alike.
-            raise PoolTimeout(
-                f"all {self._size} writer connections of the connection budget stayed in use "
-                f"for {self._wait_seconds:g}s"
-            ) from None
+        if self._in_use < self._size:  # taken without suspending
+            self._in_use += 1
+        else:
+            await self._wait_for_slot()
         try:
             return self._idle.pop()[1] if self._idle else await asyncpg.connect(**self._connect)
         except BaseException:
-            self._slots.release()
+            self._free_slot()
             raise
 
     def release(self, connection: asyncpg.Connection) -> None:
@@ -75,22 +73,65 @@ class ConnectionPool:
             self._idle.append((loop.time(), connection))
             if self._timer is None:
                 self._timer = loop.call_later(self._idle_seconds, self._close_unused)
-        self._slots.release()
+        self._free_slot()
 
     def discard(self, connection: asyncpg.Connection, error: BaseException) -> None:
         """Close a connection whose statement failed or was cancelled: its state is unknown."""
         connection.terminate()
         if isinstance(error, _BROKEN):
             self._terminate_idle()
-        self._slots.release()
+        self._free_slot()
 
     async def close(self) -> None:
-        if self._timer is not None:
-            self._timer.cancel()
-            self._timer = None
+        for timer in (self._timer, self._expiry):
+            if timer is not None:
+                timer.cancel()
+        self._timer = self._expiry = None
         idle, self._idle = self._idle, []
         closing = [connection.close() for _, connection in idle]
         await asyncio.gather(*closing, *self._closing, return_exceptions=True)
+
+    async def _wait_for_slot(self) -> None:
+        """Wait in turn for a slot, at most `wait_seconds`; a slot handed over stays taken."""
+        loop = asyncio.get_running_loop()
+        waiter: asyncio.Future[None] = loop.create_future()
+        self._waiters.append((loop.time() + self._wait_seconds, waiter))
+        if self._expiry is None:
+            self._expiry = loop.call_at(self._waiters[0][0], self._expire_waits)
+        try:
+            await waiter
+        except asyncio.CancelledError:
+            if waiter.done() and not waiter.cancelled():
+                self._free_slot()  # handed the slot, then cancelled before it resumed
+            raise
+        except TimeoutError:
+            # Raised as SQLAlchemy's pool raises it, so both pools of the budget read alike.
+            raise PoolTimeout(
+                f"all {self._size} writer connections of the connection budget stayed in use "
+                f"for {self._wait_seconds:g}s"
+            ) from None
+
+    def _free_slot(self) -> None:
+        """Hand a slot to the caller waiting longest, or free it."""
+        waiters = self._waiters
+        while waiters:
+            _, waiter = waiters.popleft()
+            if not waiter.done():  # else it was cancelled, or its wait ran out
+                waiter.set_result(None)
+                return
+        self._in_use -= 1
+
+    def _expire_waits(self) -> None:
+        """End the waits whose time is up; look again at the next deadline."""
+        self._expiry = None
+        loop = asyncio.get_running_loop()
+        now, waiters = loop.time(), self._waiters
+        while waiters and (waiters[0][1].done() or waiters[0][0] <= now):
+            _, waiter = waiters.popleft()
+            if not waiter.done():
+                waiter.set_exception(TimeoutError())
+        if waiters:
+            self._expiry = loop.call_at(waiters[0][0], self._expire_waits)
 
     def _close_unused(self) -> None:
         """Close the connections unused for `idle_seconds`; look again when the next one is."""

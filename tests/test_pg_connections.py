@@ -93,3 +93,18 @@ async def test_a_cancelled_waiter_takes_no_slot() -> None:
     pool.release(held)
     pool.release(await asyncio.wait_for(pool.acquire(), 1.0))
     await pool.close()
+
+
+async def test_each_wait_ends_its_own_time_after_it_began() -> None:
+    pool = _pool(1, wait_seconds=0.3)
+    held = await pool.acquire()
+    first = asyncio.create_task(pool.acquire())
+    await asyncio.sleep(0.15)
+    second = asyncio.create_task(pool.acquire())
+    with pytest.raises(PoolTimeout):
+        await first
+    assert not second.done()  # its own deadline is 0.15 s later
+    pool.release(held)
+    pool.release(await asyncio.wait_for(second, 1.0))
+    pool.release(await pool.acquire())  # every slot came back
+    await pool.close()
