@@ -74,7 +74,8 @@ class LeaseKeeper:
             self._task = asyncio.create_task(self._renew_while_held(), context=Context())
 
     def release(self, lease: HeldLease) -> None:
-        if self._held.get(lease.operation_id) == lease:
+        # The very lease held, not an equal one: comparing every field cost more than the rest.
+        if self._held.get(lease.operation_id) is lease:
             del self._held[lease.operation_id]
 
     async def close(self) -> None:
