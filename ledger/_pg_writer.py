@@ -17,6 +17,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
+from operator import itemgetter
 from typing import Any, TypeVar
 
 import asyncpg
@@ -91,6 +92,7 @@ class _Compiled:
     sql: str
     names: tuple[str, ...]
     fixed: Mapping[str, Any]  # parameters whose value the statement carries itself
+    pick: Callable[[Mapping[str, Any]], tuple[Any, ...]]  # the `$n` values, in order
 
     @classmethod
     def of(cls, statement: ClauseElement, schema: str | None) -> _Compiled:
@@ -107,10 +109,13 @@ class _Compiled:
         names = tuple(compiled.positiontup)
         values = {name: compiled.binds[name].value for name in names}
         fixed = {name: value for name, value in values.items() if value is not None}
-        return cls(str(compiled), names, fixed)
+        # One C call picks every value (a statement has up to thirty): a tuple even for one.
+        pick = itemgetter(*names) if len(names) > 1 else lambda params: (params[names[0]],)
+        return cls(str(compiled), names, fixed, pick)
 
-    def arguments(self, params: Mapping[str, Any]) -> list[Any]:
-        return [params[name] if name in params else self.fixed[name] for name in self.names]
+    def arguments(self, params: Mapping[str, Any]) -> tuple[Any, ...]:
+        """The `$n` values: from `params`, else the statement's own."""
+        return self.pick({**self.fixed, **params} if self.fixed else params)
 
 
 class PostgresWriter:
