@@ -101,8 +101,10 @@ class ConnectionPool:
         try:
             await waiter
         except asyncio.CancelledError:
-            if waiter.done() and not waiter.cancelled():
-                self._free_slot()  # handed the slot, then cancelled before it resumed
+            # Handed the slot, then cancelled before it resumed: pass it on. (A wait that ran
+            # out, then was cancelled, holds none.)
+            if waiter.done() and not waiter.cancelled() and waiter.exception() is None:
+                self._free_slot()
             raise
         except TimeoutError:
             # Raised as SQLAlchemy's pool raises it, so both pools of the budget read alike.

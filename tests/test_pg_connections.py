@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import time
 from typing import Any
 
 import pytest
@@ -107,4 +108,24 @@ async def test_each_wait_ends_its_own_time_after_it_began() -> None:
     pool.release(held)
     pool.release(await asyncio.wait_for(second, 1.0))
     pool.release(await pool.acquire())  # every slot came back
+    await pool.close()
+
+
+async def test_a_wait_cancelled_after_it_ran_out_frees_no_slot() -> None:
+    pool = _pool(1, wait_seconds=0.01)
+    held = await pool.acquire()
+    waiting = asyncio.create_task(pool.acquire())
+    await asyncio.sleep(0)  # it waits, its deadline armed
+    time.sleep(0.02)  # noqa: ASYNC251  (held on purpose: the deadline passes meanwhile)
+    await asyncio.sleep(0)  # runs before the expiry, which ends the wait in the same turn
+    await asyncio.sleep(0)  # runs before the waiter resumes with its timeout
+    waiting.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await waiting
+    taken = asyncio.create_task(pool.acquire())
+    await asyncio.sleep(0)
+    await asyncio.sleep(0)
+    assert not taken.done()  # it waits: `held` still holds the pool's one slot
+    pool.release(held)
+    pool.release(await asyncio.wait_for(taken, 1.0))
     await pool.close()
