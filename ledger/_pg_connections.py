@@ -83,10 +83,10 @@ class ConnectionPool:
         self._free_slot()
 
     async def close(self) -> None:
-        for timer in (self._timer, self._expiry):
-            if timer is not None:
-                timer.cancel()
-        self._timer = self._expiry = None
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        # The expiry timer stays while callers wait: their waits still run out.
         idle, self._idle = self._idle, []
         closing = [connection.close() for _, connection in idle]
         await asyncio.gather(*closing, *self._closing, return_exceptions=True)

@@ -129,3 +129,14 @@ async def test_a_wait_cancelled_after_it_ran_out_frees_no_slot() -> None:
     pool.release(held)
     pool.release(await asyncio.wait_for(taken, 1.0))
     await pool.close()
+
+
+async def test_a_wait_still_runs_out_when_the_pool_closes_meanwhile() -> None:
+    pool = _pool(1, wait_seconds=0.05)
+    held = await pool.acquire()
+    waiting = asyncio.create_task(pool.acquire())
+    await asyncio.sleep(0)
+    await pool.close()
+    with pytest.raises(PoolTimeout):
+        await asyncio.wait_for(waiting, 1.0)
+    pool.release(held)
