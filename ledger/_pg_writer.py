@@ -87,10 +87,9 @@ _EXECUTION_KIND: BindParameter[str] = bindparam("execution_kind", AttemptKind.EX
 
 @dataclass(frozen=True, slots=True)
 class _Compiled:
-    """A statement compiled for asyncpg: its SQL and the order of its `$n` parameters."""
+    """A statement compiled for asyncpg: its SQL, and its `$n` parameters' values in order."""
 
     sql: str
-    names: tuple[str, ...]
     fixed: Mapping[str, Any]  # parameters whose value the statement carries itself
     pick: Callable[[Mapping[str, Any]], tuple[Any, ...]]  # the `$n` values, in order
 
@@ -109,9 +108,12 @@ class _Compiled:
         names = tuple(compiled.positiontup)
         values = {name: compiled.binds[name].value for name in names}
         fixed = {name: value for name, value in values.items() if value is not None}
-        # One C call picks every value (a statement has up to thirty): a tuple even for one.
-        pick = itemgetter(*names) if len(names) > 1 else lambda params: (params[names[0]],)
-        return cls(str(compiled), names, fixed, pick)
+
+        def few(params: Mapping[str, Any]) -> tuple[Any, ...]:  # itemgetter of one: no tuple
+            return tuple(params[name] for name in names)
+
+        # One C call picks every value of a statement (it has up to thirty).
+        return cls(str(compiled), fixed, itemgetter(*names) if len(names) > 1 else few)
 
     def arguments(self, params: Mapping[str, Any]) -> tuple[Any, ...]:
         """The `$n` values: from `params`, else the statement's own."""
