@@ -4,7 +4,8 @@ A first execution commits twice, its intent before the function runs and its out
 the floor of one call is two committed INSERTs, one after the other, with nothing of ours
 around them: PostgreSQL in autocommit on `asyncpg` (a round trip each, with its WAL flush),
 SQLite on one `aiosqlite` connection with the ledger's PRAGMAs (a transaction and an fsync
-each). Its client CPU per call is the least a first execution can cost the calling process.
+each). Its client CPU per call is what those two writes cost the calling process on these
+drivers: the part of a first execution's cost that is not the guard's.
 """
 
 from __future__ import annotations

@@ -9,7 +9,7 @@ Systems: writesafe embedded (SQLite), on PostgreSQL and on PostgreSQL + Redis; a
 on SQLite and on PostgreSQL (the `bench` extra); DBOS where it is installed (skipped, and said
 so, where it is not); and the committed-write floor of each store: the same loop making the two
 committed INSERTs a durable first execution needs per call, on raw connections
-(`bench/_floors.py`). Its CPU per call is the least any of them can cost the client.
+(`bench/_floors.py`): its CPU per call is the part of theirs that is the drivers' own.
 
 Each round runs every system at every layout once, the systems in reverse order every other
 round, so that a burst of load from elsewhere spreads over all of them; the figures are the
