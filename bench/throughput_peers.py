@@ -15,8 +15,9 @@ Each round runs every system at every layout once, the systems in reverse order 
 round, so that a burst of load from elsewhere spreads over all of them; the figures are the
 medians over the rounds. Printed per layout: calls per second, the ratio to the best peer (the
 fastest agent-once or DBOS), to the best peer on the same store (SQLite or PostgreSQL) and to
-the floor of the system's own store, and the client's CPU per
-call (the processes' CPU time, every thread's, divided by their calls). Every function must run
+the floor of the system's own store, and the client's CPU per call (the processes' CPU time,
+every thread's, divided by their calls) and its ratio to the floor's CPU per call: what issue
+30's CPU target is judged by (docs/performance.md). Every function must run
 exactly once per first execution: the calls that raised (`errors`) and the executions beyond one
 per answered call (`duplicates`) are counted and printed, and any of either fails the run.
 
@@ -330,7 +331,9 @@ def _report(
                 continue
             row["vs_best_peer"] = _ratio(row, _best_peer(rows))
             row["vs_best_peer_same_store"] = _ratio(row, _best_peer(rows, store))
-            row["vs_floor"] = _ratio(row, rows[FLOORS[store]]["ops_per_s"])
+            floor = rows[FLOORS[store]]
+            row["vs_floor"] = _ratio(row, floor["ops_per_s"])
+            row["cpu_vs_floor"] = round(row["cpu_us_per_call"] / floor["cpu_us_per_call"], 2)
         layouts[layout] = rows
     return {
         "rounds": args.rounds,
@@ -357,13 +360,13 @@ def _ratio(row: dict[str, Any], other: float) -> float:
 
 
 def show(report: dict[str, Any]) -> None:
-    console = Console(width=120)
+    console = Console(width=136)
     for layout, rows in report["layouts"].items():
         processes, callers = layout.split("x")
         title = f"{processes} process(es) × {callers} callers: first executions"
         table = Table(title=title)
         columns = ("system", "calls/s", "÷ best peer", "÷ best on its store", "÷ its floor")
-        for column in (*columns, "CPU µs/call", "errors", "dup"):
+        for column in (*columns, "CPU µs/call", "CPU ÷ floor's", "errors", "dup"):
             table.add_column(column, justify="left" if column == "system" else "right")
         for system, row in rows.items():
             table.add_row(
@@ -373,6 +376,7 @@ def show(report: dict[str, Any]) -> None:
                 f"{row['vs_best_peer_same_store']:.2f}" if "vs_best_peer" in row else "",
                 f"{row['vs_floor']:.2f}" if "vs_floor" in row else "",
                 f"{row['cpu_us_per_call']:,.0f}",
+                f"{row['cpu_vs_floor']:.2f}" if "cpu_vs_floor" in row else "",
                 str(row["errors"]),
                 str(row["duplicates"]),
             )
