@@ -41,8 +41,8 @@ async def sqlite_floor(path: str) -> tuple[Call, Close]:
 
 async def _keep(connection: asyncpg.Connection) -> None:
     """Give a connection back as it is. asyncpg's default reset sends `RESET ALL; UNLISTEN *; …`
-    at every release, a second round trip per statement that no ledger write pays; with it the
-    floor measured half the rate it should."""
+    at every release, a second round trip per statement that no ledger write pays (ad hoc, 8 in
+    flight: 1,818 calls per second with it, 2,863 on raw connections)."""
 
 
 async def postgres_floor(database_url: str, schema: str, connections: int) -> tuple[Call, Close]:
