@@ -4,7 +4,10 @@ A commit's cost is mostly its fsync, and the disk syncs eight rows in one transa
 seven times the rate of eight transactions (docs/performance.md). So the callers of the embedded
 writer queue their writes here, and the first of them into an empty queue posts one drain to the
 writer's thread; when the thread reaches it, it takes every write queued by then and commits them
-together. A lone caller's write is taken at once: nothing ever waits for a group to fill.
+together. A lone caller's write is taken at once: nothing ever waits for a group to fill. The
+queue also tells when a write would most likely commit alone (`quiet`), so that one that needs no
+fsync can run on its caller's thread instead, without the two hops, and without taking the lock
+from under a drain about to begin.
 """
 
 from __future__ import annotations
@@ -12,7 +15,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -38,21 +41,39 @@ class GroupQueue:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._members: list[Member] = []
+        self._drains = 0  # posted and not yet through their transaction
+        self._last_group = 0  # how many writes the last drain took
 
     def add(self, member: Member) -> bool:
         """Queue `member`; True if the queue was empty, so a drain must be posted for it (a
         queue that was not empty has a drain posted that has not taken it yet)."""
         with self._lock:
             self._members.append(member)
-            return len(self._members) == 1
+            posts = len(self._members) == 1
+            self._drains += posts
+            return posts
 
-    def take(self) -> list[Member]:
+    @contextlib.contextmanager
+    def draining(self) -> Iterator[list[Member]]:
         """Every write queued so far, but those whose callers were cancelled before it started
-        (as an executor skips a cancelled work item); the queue is empty after."""
+        (as an executor skips a cancelled work item); the queue is empty after. The drain that
+        took them counts as running until the block ends: end it when the transaction has, and
+        before the callers are answered, who may write again at once."""
         with self._lock:
             members, self._members = self._members, []
-        # A read of a future's state, which its loop's thread alone writes.
-        return [member for member in members if not member.future.cancelled()]
+            self._last_group = len(members)
+        try:
+            # A read of a future's state, which its loop's thread alone writes.
+            yield [member for member in members if not member.future.cancelled()]
+        finally:
+            with self._lock:
+                self._drains -= 1
+
+    def quiet(self) -> bool:
+        """No drain is posted or running (none is about to take the write lock), and the last
+        one took a lone write: a write now would most likely commit alone. A hint, read without
+        the lock, for a caller that gives way to a busy lock anyway."""
+        return self._drains == 0 and self._last_group <= 1
 
 
 def answer(members: Sequence[Member], answers: Sequence[Answer]) -> None:

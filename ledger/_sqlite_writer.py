@@ -15,13 +15,19 @@ costs neither a write nor a thread hop; a `fetch` (a status, a duplicate's look 
 reads so too. Other reads and reconciliation keep the async engine; upkeep that writes in batches
 (pruning) comes to the writer's thread (`transaction`), to take its turn with the guarded writes.
 
-A writer whose event loop serves only callers that block on it anyway (the sync face's loop
-thread: `serve_blocking_callers`) runs a write on the loop's own thread while the loop serves that
-one call alone and the database lock is free at once, saving the hop to the writer's thread and
-back (two per write). With other calls on the loop the write goes to the writer's thread as
-before, so that the loop serves them during its commit; so does a write with the lock in the
-way, to wait there: never on the loop, where an engine transaction holding the lock may need to
-go on.
+Some writes run on the caller's own thread instead, saving the hop to the writer's thread and
+back (two per write, dearer than the statements of a write that needs no fsync:
+docs/performance.md, "an embedded outcome without the hops"):
+- an outcome (a lazy commit, no fsync) while the writes come one at a time (no drain posted or
+  running, and the last one took a lone write: `GroupQueue.quiet`) and the lock is free at once.
+  Writes that come together commit for less in a group. An outcome never checkpoints there: the
+  log's copy into the database, with its fsyncs, is left to a commit that syncs anyway;
+- any write, for a writer whose event loop serves only callers that block on it anyway (the sync
+  face's loop thread: `serve_blocking_callers`), while the loop serves that one call alone and
+  the lock is free at once.
+Otherwise the write goes to the writer's thread, so that the loop serves its other calls during a
+commit's fsync; so does a write with the lock in the way, to wait there: never on the loop, where
+an engine transaction holding the lock may need to go on.
 """
 
 from __future__ import annotations
@@ -75,7 +81,13 @@ from writesafe.ledger._writer import (
 T = TypeVar("T")
 
 _DIALECT = sqlite.dialect(paramstyle="named")
-_DURABLE, _LAZY = "PRAGMA synchronous=FULL", "PRAGMA synchronous=NORMAL"
+# What a commit of each kind sets first, durable or lazy, on the writer thread's connection and on
+# a caller's thread (where a lazy commit must not checkpoint: see the module's docstring).
+_WRITER_LEVELS = {True: ("PRAGMA synchronous=FULL",), False: ("PRAGMA synchronous=NORMAL",)}
+_HERE_LEVELS = {
+    True: ("PRAGMA synchronous=FULL", "PRAGMA wal_autocheckpoint=1000"),  # SQLite's default
+    False: ("PRAGMA synchronous=NORMAL", "PRAGMA wal_autocheckpoint=0"),
+}
 
 # Converts a stored value of each operation column back (a datetime's text); most need nothing.
 _READ_OPERATION = {
@@ -147,25 +159,23 @@ _RENEW = SqliteStatement.of(
 
 
 class SqliteWriter:
-    """The `Writer` for the embedded ledger: one thread hop per write, none for a taken key."""
+    """The `Writer` for the embedded ledger: a hop per write at most, none for a taken key."""
 
     def __init__(self, file: Path) -> None:
         self.file = file
         self._thread = CallThread("writesafe-sqlite")  # started by a write, ended by close
         self._connection: sqlite3.Connection | None = None  # the writer thread's
-        # With `serve_blocking_callers`: the event loop's own connection, which never waits for
-        # the lock; used only by the loop being served, one write at a time.
-        self._on_loop: sqlite3.Connection | None = None
         self._alone: Callable[[], bool] | None = None  # see `serve_blocking_callers`
-        # Read connections not in use, newest last: one per thread reading at once, however many
-        # threads come and go (a server's thread per request). A list's pop and append are
-        # atomic, so no two threads share one mid-read.
-        self._readers: list[sqlite3.Connection] = []
+        # The connections for reads and writes on a caller's thread, which never wait for the
+        # lock, not in use, newest last: one per thread using one at once, however many threads
+        # come and go (a server's thread per request). A list's pop and append are atomic, so no
+        # two threads share one mid-use.
+        self._here: list[sqlite3.Connection] = []
         self._claims: dict[tuple[str, ...], SqliteStatement] = {}
         self._changes: dict[tuple[tuple[str, ...], bool], SqliteStatement] = {}
         self._queued = GroupQueue()  # the guarded writes waiting for the writer's thread
-        # Each connection's `synchronous` level as last set (see `_begin`).
-        self._levels: dict[sqlite3.Connection, str] = {}
+        # Whether each connection's last commit was durable (see `_begin`).
+        self._levels: dict[sqlite3.Connection, bool] = {}
 
     async def claim(self, row: dict[str, Any]) -> Claim | None:
         existing = self.peek(row["scope"], row["key"])
@@ -206,13 +216,9 @@ class SqliteWriter:
 
     async def close(self) -> None:
         """Close the writer's connections and end its thread; the next write opens both anew."""
-        readers, self._readers = self._readers, []
-        for reader in readers:
-            reader.close()
-        on_loop, self._on_loop = self._on_loop, None
-        if on_loop is not None:
-            self._levels.pop(on_loop, None)
-            on_loop.close()
+        here, self._here = self._here, []
+        for connection in here:
+            self._drop(connection)
         await self._thread.stop(self._disconnect)  # closed by the thread that opened it
 
     def forget_loop(self) -> None:
@@ -231,8 +237,8 @@ class SqliteWriter:
         return await self._thread.run(lambda: self._transaction(write, durable=False))
 
     def serve_blocking_callers(self, alone: Callable[[], bool]) -> None:
-        """Run a write on the event loop's thread while `alone()` (the loop serves only the call
-        that writes) and the lock is free at once; see above."""
+        """Run any write on the event loop's thread while `alone()` (the loop serves only the
+        call that writes) and the lock is free at once; see above."""
         self._alone = alone
 
     def peek(self, scope: str, key: str) -> OperationRecord | None:
@@ -249,24 +255,14 @@ class SqliteWriter:
         """The row holding `(scope, key)` as last committed, read on the calling thread; raises
         `sqlite3.Error` where a lock was in the way (a checkpoint's rare restart of the log):
         its connection never waits on the caller."""
-        try:
-            reader = self._readers.pop()
-        except IndexError:
-            reader = connect_sqlite(self.file, check_same_thread=False)
-            reader.execute("PRAGMA busy_timeout=0")
-        try:
-            found = _fetch(reader.cursor(), scope, key)
-        except sqlite3.Error:
-            reader.close()  # not pooled again: a broken one would fail every read after it
-            raise
-        self._readers.append(reader)
-        return found
+        with self._connection_here() as connection:
+            return _fetch(connection.cursor(), scope, key)
 
     async def _run(self, write: Callable[[sqlite3.Cursor], T], durable: bool = True) -> T:
         """Run `write` in a transaction of the writer's thread, with the writes queued with it
-        (`_commit_group`), or on the loop's thread where `serve_blocking_callers` allows it."""
-        if self._alone is not None and self._alone():
-            done = self._transaction_on_loop(write, durable)
+        (`_commit_group`), or on the caller's thread where the module's docstring says."""
+        if (not durable and self._queued.quiet()) or (self._alone is not None and self._alone()):
+            done = self._transaction_here(write, durable)
             if done is not None:
                 return done[0]
         loop = asyncio.get_running_loop()
@@ -275,16 +271,13 @@ class SqliteWriter:
             self._thread.post(self._drain)
         return await future
 
-    def _transaction_on_loop(
+    def _transaction_here(
         self, write: Callable[[sqlite3.Cursor], T], durable: bool
     ) -> tuple[T] | None:
-        """`_transaction` on the loop's own connection; None, with nothing written, when the
-        lock is taken (its `busy_timeout` is 0: the loop never waits for it)."""
-        with _ledger_errors():
-            if self._on_loop is None:
-                self._on_loop = connect_sqlite(self.file, check_same_thread=False)
-                self._on_loop.execute("PRAGMA busy_timeout=0")
-            cursor = self._on_loop.cursor()
+        """`_transaction` on the calling thread; None, with nothing written, when the lock is
+        taken (its `busy_timeout` is 0: the caller never waits for it)."""
+        with _ledger_errors(), self._connection_here() as connection:
+            cursor = connection.cursor()
             try:
                 self._begin(cursor, durable)
             except sqlite3.OperationalError as error:
@@ -292,6 +285,23 @@ class SqliteWriter:
                     return None
                 raise
             return (_commit(cursor, write),)
+
+    @contextlib.contextmanager
+    def _connection_here(self) -> Iterator[sqlite3.Connection]:
+        """A connection of the calling thread's own while the block runs, which never waits for
+        the lock; one that fails is closed, not pooled again (a broken one would fail every use
+        after it)."""
+        try:
+            connection = self._here.pop()
+        except IndexError:
+            connection = connect_sqlite(self.file, check_same_thread=False)
+            connection.execute("PRAGMA busy_timeout=0")
+        try:
+            yield connection
+        except sqlite3.Error:
+            self._drop(connection)
+            raise
+        self._here.append(connection)
 
     def _transaction(self, write: Callable[[sqlite3.Cursor], T], durable: bool) -> T:
         """One transaction; a durable one is on disk when it returns (`synchronous=FULL`).
@@ -310,14 +320,14 @@ class SqliteWriter:
 
     def _drain(self) -> None:
         """Commit every write queued by now as one group; see `_commit_group`."""
-        members = self._queued.take()
-        if not members:
-            return  # every caller was cancelled before its write started
-        try:
-            with _ledger_errors():
-                answers = self._commit_group(members)
-        except BaseException as failure:  # every member is answered with it
-            answers = [(None, failure)] * len(members)
+        with self._queued.draining() as members:
+            if not members:
+                return  # every caller was cancelled before its write started
+            try:
+                with _ledger_errors():
+                    answers = self._commit_group(members)
+            except BaseException as failure:  # every member is answered with it
+                answers = [(None, failure)] * len(members)
         answer(members, answers)
 
     def _commit_group(self, members: list[Member]) -> list[Answer]:
@@ -366,19 +376,24 @@ class SqliteWriter:
 
     def _begin(self, cursor: sqlite3.Cursor, durable: bool) -> None:
         """BEGIN IMMEDIATE at the safety level asked for, setting it only where the connection
-        is at the other one (SQLite refuses to change it inside a transaction): a statement
+        is at the other one (SQLite refuses to change it inside a transaction): statements
         fewer per commit wherever consecutive commits ask for the same level."""
-        level = _DURABLE if durable else _LAZY
-        if self._levels.get(cursor.connection) != level:
-            cursor.execute(level)
-            self._levels[cursor.connection] = level
+        connection = cursor.connection
+        if self._levels.get(connection) != durable:
+            levels = _WRITER_LEVELS if connection is self._connection else _HERE_LEVELS
+            for pragma in levels[durable]:
+                cursor.execute(pragma)
+            self._levels[connection] = durable
         cursor.execute("BEGIN IMMEDIATE")
 
     def _disconnect(self) -> None:
         connection, self._connection = self._connection, None
         if connection is not None:
-            self._levels.pop(connection, None)
-            connection.close()
+            self._drop(connection)
+
+    def _drop(self, connection: sqlite3.Connection) -> None:
+        self._levels.pop(connection, None)
+        connection.close()
 
 
 @contextlib.contextmanager

@@ -22,6 +22,7 @@ from sqlalchemy import func, select
 from sqlalchemy.exc import IntegrityError
 
 from writesafe.ledger import Intent, Ledger, Outcome, Status
+from writesafe.ledger._group_commit import GroupQueue, Member
 from writesafe.ledger._hot_path import _operation_values
 from writesafe.ledger._sqlite_writer import SqliteWriter
 from writesafe.ledger._writer import attempts, operations
@@ -218,3 +219,31 @@ def test_a_process_killed_mid_group_loses_nothing_it_answered(tmp_path: Path) ->
         assert key in stored, f"{key} was answered as {what} but its rows are gone"
         if what == "finished":
             assert stored[key] == Status.SUCCEEDED.value, key
+
+
+async def test_the_queue_is_quiet_only_with_no_drain_under_way_and_a_lone_write_last() -> None:
+    """`quiet` sends an outcome to the caller's own thread: never while a drain may be about to
+    take the lock, nor after a group of writes (the next write most likely has company, and a
+    group commits it for less than its own transaction: docs/performance.md)."""
+    queue = GroupQueue()
+    loop = asyncio.get_running_loop()
+
+    def member() -> Member:
+        return Member(lambda cursor: None, False, loop, loop.create_future())
+
+    assert queue.quiet()
+    assert queue.add(member()), "the first write posts a drain"
+    assert not queue.quiet(), "a drain is posted"
+    with queue.draining() as taken:
+        assert len(taken) == 1
+        assert not queue.quiet(), "a drain is running"
+    assert queue.quiet()
+    assert queue.add(member())
+    assert not queue.add(member()), "the drain posted takes it too"
+    with queue.draining() as taken:
+        assert len(taken) == 2
+    assert not queue.quiet(), "the last drain took a group"
+    queue.add(member())
+    with queue.draining():
+        pass
+    assert queue.quiet()

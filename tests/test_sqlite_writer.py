@@ -11,10 +11,11 @@ from collections.abc import AsyncIterator, Awaitable
 from pathlib import Path
 from typing import TypeVar
 
+import pytest
 from sqlalchemy import func, select
 
 from writesafe import WriteSafe
-from writesafe.ledger import ApiKeys, Intent, Ledger, Outcome, Status
+from writesafe.ledger import ApiKeys, Claim, Intent, Ledger, Outcome, Status
 from writesafe.ledger._sqlite_writer import SqliteWriter
 from writesafe.ledger._writer import attempts, operations
 
@@ -172,6 +173,110 @@ async def test_a_writer_whose_loop_serves_other_calls_writes_on_its_own_thread(
         await ledger.close()
 
 
+async def _claimed_with_no_writer_thread(ledger: Ledger, key: str) -> Claim:
+    """A claim of `key`, made on the writer's thread, which is then ended (by `close`, after
+    which the ledger opens again on its next use): a write that starts it again hopped there."""
+    claim = await ledger.claim(_intent(key))
+    assert claim.created
+    await ledger.close()
+    await asyncio.to_thread(lambda: [t.join(5) for t in _writer_threads()])
+    return claim
+
+
+async def test_an_outcome_with_the_writers_thread_idle_commits_on_the_callers_thread(
+    tmp_path: Path,
+) -> None:
+    # It needs no fsync, and its statements cost less than the two hops (docs/performance.md).
+    ledger = Ledger.from_url(f"sqlite+aiosqlite:///{tmp_path / 'ledger.db'}")
+    await ledger.migrate()
+    try:
+        claim = await _claimed_with_no_writer_thread(ledger, "a")
+        before = len(_writer_threads())
+        finished = await ledger.finish(claim.operation, "owner-a", Outcome(Status.SUCCEEDED))
+        assert finished is not None
+        assert finished.status is Status.SUCCEEDED
+        assert len(_writer_threads()) == before, "committed on the caller's thread, no hop"
+        row = await ledger.get("default", "a")  # committed: seen by the engine's connection
+        assert row is not None
+        assert row.status is Status.SUCCEEDED
+        assert (await ledger.claim(_intent("b"))).created
+        assert len(_writer_threads()) == before + 1, "an intent's fsync is the writer's, always"
+    finally:
+        await ledger.close()
+
+
+async def test_an_outcome_with_the_lock_in_the_way_waits_on_the_writers_thread(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "ledger.db"
+    ledger = Ledger.from_url(f"sqlite+aiosqlite:///{path}")
+    await ledger.migrate()
+    holder = sqlite3.connect(path, isolation_level=None)
+    try:
+        claim = await _claimed_with_no_writer_thread(ledger, "a")
+        before = len(_writer_threads())
+        holder.execute("BEGIN IMMEDIATE")  # another writer holds the lock
+        finish = asyncio.create_task(
+            ledger.finish(claim.operation, "owner-a", Outcome(Status.SUCCEEDED))
+        )
+        for _ in range(500):  # the loop runs on while the outcome waits
+            await asyncio.sleep(0.01)
+            if len(_writer_threads()) > before:
+                break
+        assert len(_writer_threads()) == before + 1, "the write went to the writer's thread"
+        await asyncio.sleep(0.05)
+        assert not finish.done(), "it waits for the lock there"
+        holder.execute("COMMIT")
+        finished = await finish
+        assert finished is not None
+        assert finished.status is Status.SUCCEEDED
+    finally:
+        holder.close()
+        await ledger.close()
+
+
+def _fill_the_log(raw: sqlite3.Connection) -> None:
+    """Commit more pages to the WAL than SQLite's automatic checkpoint lets pile up (1,000),
+    through `raw`, which never checkpoints (kept open: the last connection to close would)."""
+    raw.execute("PRAGMA wal_autocheckpoint=0")
+    raw.execute("CREATE TABLE filler (page BLOB)")
+    raw.execute("BEGIN")
+    raw.executemany("INSERT INTO filler VALUES (?)", [(b"x" * 4000,) for _ in range(1_200)])
+    raw.execute("COMMIT")
+
+
+@pytest.mark.parametrize("blocking_callers", [False, True])
+async def test_a_commit_on_the_callers_thread_checkpoints_only_if_it_syncs_anyway(
+    tmp_path: Path, blocking_callers: bool
+) -> None:
+    """A checkpoint copies the log into the database and syncs both: never the cost of a lazy
+    commit on the caller's thread (an async caller's event loop would stall for it), which
+    leaves it to the next durable commit. On the writer's thread, or on the loop of a writer
+    serving blocking callers alone (whose every write is on the loop: the log would grow
+    without end if none of them checkpointed), a durable commit checkpoints as SQLite does.
+    A checkpoint grows the database file by the pages it copies in."""
+    path = tmp_path / "ledger.db"
+    ledger = Ledger.from_url(f"sqlite+aiosqlite:///{path}")
+    if blocking_callers:
+        ledger.serve_blocking_callers(lambda: True)
+    await ledger.migrate()
+    raw = sqlite3.connect(path, isolation_level=None)
+    try:
+        claim = await _claimed_with_no_writer_thread(ledger, "a")
+        _fill_the_log(raw)
+        size = path.stat().st_size
+        before = len(_writer_threads())
+        assert await ledger.finish(claim.operation, "owner-a", Outcome(Status.SUCCEEDED))
+        assert len(_writer_threads()) == before, "the outcome committed on the caller's thread"
+        assert path.stat().st_size == size, "and copied nothing into the database"
+        assert (await ledger.claim(_intent("b"))).created
+        assert len(_writer_threads()) == before + (not blocking_callers)
+        assert path.stat().st_size > size, "the durable commit checkpointed"
+    finally:
+        await ledger.close()
+        raw.close()
+
+
 @contextlib.asynccontextmanager
 async def _lock_held_elsewhere(path: Path) -> AsyncIterator[WriteSafe]:
     """An embedded `WriteSafe` on `path` with one succeeded call (key "k", tool "submit"),
@@ -234,21 +339,22 @@ async def test_a_reconcile_pass_that_finds_nothing_due_takes_no_write_lock(
 async def test_a_reader_that_fails_is_dropped_and_its_read_made_under_the_lock(
     tmp_path: Path,
 ) -> None:
-    """A pooled reader connection that fails (here closed under it) is not pooled again: the
-    read is made on the writer's thread, and the next one on a new reader. Pooled again, being
-    the last one in it would be the first one out, and fail every read after it."""
+    """A pooled connection of the callers' threads that fails (here closed under it) is not
+    pooled again: the read is made on the writer's thread, and the next one on a new connection.
+    Pooled again, being the last one in it would be the first one out, and fail every use after
+    it."""
     ledger = Ledger.from_url(f"sqlite+aiosqlite:///{tmp_path / 'ledger.db'}")
     await ledger.migrate()
     try:
         assert (await ledger.claim(_intent("a"))).created
         writer = ledger.writer
         assert isinstance(writer, SqliteWriter)
-        assert ledger.peek("default", "a") is not None  # a reader is pooled now
-        for reader in writer._readers:
-            reader.close()
+        assert ledger.peek("default", "a") is not None  # a connection is pooled now
+        for connection in writer._here:
+            connection.close()
         found = await ledger.get("default", "a")
         assert found is not None
         assert found.key == "a"
-        assert ledger.peek("default", "a") is not None, "read on a new reader"
+        assert ledger.peek("default", "a") is not None, "read on a new connection"
     finally:
         await ledger.close()
