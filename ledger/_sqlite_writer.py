@@ -255,8 +255,14 @@ class SqliteWriter:
         """The row holding `(scope, key)` as last committed, read on the calling thread; raises
         `sqlite3.Error` where a lock was in the way (a checkpoint's rare restart of the log):
         its connection never waits on the caller."""
-        with self._connection_here() as connection:
-            return _fetch(connection.cursor(), scope, key)
+        connection = self._take_here()
+        try:
+            found = _fetch(connection.cursor(), scope, key)
+        except sqlite3.Error:
+            self._drop(connection)  # not pooled again: see `_take_here`
+            raise
+        self._here.append(connection)
+        return found
 
     async def _run(self, write: Callable[[sqlite3.Cursor], T], durable: bool = True) -> T:
         """Run `write` in a transaction of the writer's thread, with the writes queued with it
@@ -275,33 +281,40 @@ class SqliteWriter:
         self, write: Callable[[sqlite3.Cursor], T], durable: bool
     ) -> tuple[T] | None:
         """`_transaction` on the calling thread; None, with nothing written, when the lock is
-        taken (its `busy_timeout` is 0: the caller never waits for it)."""
-        with _ledger_errors(), self._connection_here() as connection:
-            cursor = connection.cursor()
+        taken: the caller never waits for it."""
+        with _ledger_errors():
+            connection = self._take_here()
             try:
-                self._begin(cursor, durable)
-            except sqlite3.OperationalError as error:
-                if error.sqlite_errorcode & 0xFF == sqlite3.SQLITE_BUSY:
-                    return None
+                done = self._transaction_if_free(connection.cursor(), write, durable)
+            except sqlite3.Error:
+                self._drop(connection)  # not pooled again: see `_take_here`
                 raise
-            return (_commit(cursor, write),)
+            self._here.append(connection)
+            return done
 
-    @contextlib.contextmanager
-    def _connection_here(self) -> Iterator[sqlite3.Connection]:
-        """A connection of the calling thread's own while the block runs, which never waits for
-        the lock; one that fails is closed, not pooled again (a broken one would fail every use
-        after it)."""
+    def _transaction_if_free(
+        self, cursor: sqlite3.Cursor, write: Callable[[sqlite3.Cursor], T], durable: bool
+    ) -> tuple[T] | None:
+        """`write` in a transaction of its own on `cursor`, committed; None, with nothing
+        written, where the lock is taken (SQLite answers at once, `busy_timeout` being 0)."""
         try:
-            connection = self._here.pop()
+            self._begin(cursor, durable)
+        except sqlite3.OperationalError as error:
+            if error.sqlite_errorcode & 0xFF == sqlite3.SQLITE_BUSY:
+                return None
+            raise
+        return (_commit(cursor, write),)
+
+    def _take_here(self) -> sqlite3.Connection:
+        """A connection for the calling thread alone until it is given back (appended to
+        `_here`), which never waits for the lock. One that fails is dropped, not given back:
+        being the last one in, it would be the first one out, and fail every use after it."""
+        try:
+            return self._here.pop()
         except IndexError:
             connection = connect_sqlite(self.file, check_same_thread=False)
             connection.execute("PRAGMA busy_timeout=0")
-        try:
-            yield connection
-        except sqlite3.Error:
-            self._drop(connection)
-            raise
-        self._here.append(connection)
+            return connection
 
     def _transaction(self, write: Callable[[sqlite3.Cursor], T], durable: bool) -> T:
         """One transaction; a durable one is on disk when it returns (`synchronous=FULL`).
