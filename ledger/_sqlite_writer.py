@@ -258,7 +258,7 @@ class SqliteWriter:
         connection = self._take_here()
         try:
             found = _fetch(connection.cursor(), scope, key)
-        except sqlite3.Error:
+        except BaseException:
             self._drop(connection)  # not pooled again: see `_take_here`
             raise
         self._here.append(connection)
@@ -286,7 +286,7 @@ class SqliteWriter:
             connection = self._take_here()
             try:
                 done = self._transaction_if_free(connection.cursor(), write, durable)
-            except sqlite3.Error:
+            except BaseException:
                 self._drop(connection)  # not pooled again: see `_take_here`
                 raise
             self._here.append(connection)
@@ -307,8 +307,9 @@ class SqliteWriter:
 
     def _take_here(self) -> sqlite3.Connection:
         """A connection for the calling thread alone until it is given back (appended to
-        `_here`), which never waits for the lock. One that fails is dropped, not given back:
-        being the last one in, it would be the first one out, and fail every use after it."""
+        `_here`), which never waits for the lock. One whose use raised is dropped, not given
+        back: broken, being the last one in, it would be the first one out, and fail every use
+        after it (a new one costs a connect; errors are rare)."""
         try:
             return self._here.pop()
         except IndexError:

@@ -8,14 +8,17 @@ import contextlib
 import sqlite3
 import threading
 from collections.abc import AsyncIterator, Awaitable
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import TypeVar
 
 import pytest
 from sqlalchemy import func, select
+from sqlalchemy.exc import IntegrityError
 
 from writesafe import WriteSafe
 from writesafe.ledger import ApiKeys, Claim, Intent, Ledger, Outcome, Status
+from writesafe.ledger._hot_path import _operation_values
 from writesafe.ledger._sqlite_writer import SqliteWriter
 from writesafe.ledger._writer import attempts, operations
 
@@ -232,6 +235,29 @@ async def test_an_outcome_with_the_lock_in_the_way_waits_on_the_writers_thread(
         assert finished.status is Status.SUCCEEDED
     finally:
         holder.close()
+        await ledger.close()
+
+
+async def test_a_write_that_fails_on_the_callers_thread_leaves_nothing_and_the_next_one_lands(
+    tmp_path: Path,
+) -> None:
+    # Its operation row is inserted and then its attempt row fails (no start time).
+    ledger = Ledger.from_url(f"sqlite+aiosqlite:///{tmp_path / 'ledger.db'}")
+    ledger.serve_blocking_callers(lambda: True)
+    await ledger.migrate()
+    try:
+        writer = ledger.writer
+        assert isinstance(writer, SqliteWriter)
+        before = len(_writer_threads())
+        now = datetime.now(UTC)
+        row = _operation_values(_intent("broken"), lambda offset: now + timedelta(seconds=offset))
+        with pytest.raises(IntegrityError):  # SQLAlchemy's, like every ledger error
+            await writer.claim({**row, "last_sent_at": None})
+        assert await _counts(ledger) == (0, 0), "rolled back whole"
+        assert (await ledger.claim(_intent("a"))).created
+        assert await _counts(ledger) == (1, 1)
+        assert len(_writer_threads()) == before, "both on the caller's thread"
+    finally:
         await ledger.close()
 
 
