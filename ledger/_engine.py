@@ -21,7 +21,7 @@ DEFAULT_DATABASE_URL = "sqlite+aiosqlite:///writesafe.db"
 _STATEMENT_TIMEOUT = 10.0
 
 # How long a SQLite writer waits for the database lock before giving up (seconds).
-_SQLITE_BUSY_TIMEOUT = 30.0
+SQLITE_BUSY_TIMEOUT = 30.0
 
 # The execution option that marks a read-only transaction (`reader`).
 _READ_ONLY = "writesafe_read_only"
@@ -245,7 +245,7 @@ def _session_options(connect_timeout: float, statement_timeout: float) -> dict[s
 
 
 def _sqlite_engine(url: URL) -> AsyncEngine:
-    engine = create_async_engine(url, connect_args={"timeout": _SQLITE_BUSY_TIMEOUT})
+    engine = create_async_engine(url, connect_args={"timeout": SQLITE_BUSY_TIMEOUT})
     _configure_sqlite(engine.sync_engine)
     return engine
 
@@ -263,7 +263,7 @@ def sqlite_file(url: str | URL) -> Path:
 def connect_sqlite(path: Path, *, check_same_thread: bool = True) -> sqlite3.Connection:
     """A `sqlite3` connection to the ledger's file, configured as the engine's connections are."""
     connection = sqlite3.connect(
-        path, timeout=_SQLITE_BUSY_TIMEOUT, check_same_thread=check_same_thread
+        path, timeout=SQLITE_BUSY_TIMEOUT, check_same_thread=check_same_thread
     )
     configure_sqlite_connection(connection)
     return connection
@@ -284,7 +284,7 @@ def configure_sqlite_connection(dbapi_connection: Any) -> None:
     # FULL: a committed intent survives power loss, which is the whole point of recording it.
     cursor.execute("PRAGMA synchronous=FULL")
     cursor.execute("PRAGMA foreign_keys=ON")
-    cursor.execute(f"PRAGMA busy_timeout={int(_SQLITE_BUSY_TIMEOUT * 1000)}")
+    cursor.execute(f"PRAGMA busy_timeout={int(SQLITE_BUSY_TIMEOUT * 1000)}")
     cursor.close()
 
 

@@ -56,9 +56,10 @@ from sqlalchemy import cast as sql_cast
 from sqlalchemy.dialects import sqlite
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.sql.compiler import SQLCompiler
+from tenacity import Retrying, retry_if_exception, stop_after_delay, wait_random_exponential
 
 from writesafe.ledger._call_thread import CallThread
-from writesafe.ledger._engine import connect_sqlite
+from writesafe.ledger._engine import SQLITE_BUSY_TIMEOUT, connect_sqlite
 from writesafe.ledger._group_commit import Answer, GroupQueue, Member, answer
 from writesafe.ledger._records import AttemptKind, OperationRecord
 from writesafe.ledger._states import Status
@@ -88,6 +89,28 @@ _HERE_LEVELS = {
     True: ("PRAGMA synchronous=FULL", "PRAGMA wal_autocheckpoint=1000"),  # SQLite's default
     False: ("PRAGMA synchronous=NORMAL", "PRAGMA wal_autocheckpoint=0"),
 }
+
+
+def _is_busy(error: BaseException) -> bool:
+    """SQLite's answer that another connection holds the lock."""
+    return (
+        isinstance(error, sqlite3.OperationalError)
+        and error.sqlite_errorcode & 0xFF == sqlite3.SQLITE_BUSY
+    )
+
+
+# The writer thread's wait for the lock another process holds. SQLite's own busy handler sleeps
+# 1 ms before its first retry and up to 100 ms later, far longer than a commit holds the lock:
+# with several processes on one file, each writer slept through the others' turns (a wait
+# measured in docs/performance.md, "an embedded outcome without the hops"). This one tries again
+# after 50 µs, doubling to 2 ms, at random below each (so that processes do not retry in step),
+# for as long as SQLite's own would have.
+_WAIT_FOR_LOCK = Retrying(
+    retry=retry_if_exception(_is_busy),
+    wait=wait_random_exponential(multiplier=50e-6, max=2e-3),
+    stop=stop_after_delay(SQLITE_BUSY_TIMEOUT),
+    reraise=True,
+)
 
 # Converts a stored value of each operation column back (a datetime's text); most need nothing.
 _READ_OPERATION = {
@@ -300,7 +323,7 @@ class SqliteWriter:
         try:
             self._begin(cursor, durable)
         except sqlite3.OperationalError as error:
-            if error.sqlite_errorcode & 0xFF == sqlite3.SQLITE_BUSY:
+            if _is_busy(error):
                 return None
             raise
         return (_commit(cursor, write),)
@@ -386,19 +409,26 @@ class SqliteWriter:
     def _cursor(self) -> sqlite3.Cursor:
         if self._connection is None:
             self._connection = connect_sqlite(self.file)
+            self._connection.execute("PRAGMA busy_timeout=0")  # it waits as `_begin` says
         return self._connection.cursor()
 
     def _begin(self, cursor: sqlite3.Cursor, durable: bool) -> None:
         """BEGIN IMMEDIATE at the safety level asked for, setting it only where the connection
         is at the other one (SQLite refuses to change it inside a transaction): statements
-        fewer per commit wherever consecutive commits ask for the same level."""
+        fewer per commit wherever consecutive commits ask for the same level. The writer's
+        thread waits for a lock that is taken (`_WAIT_FOR_LOCK`); a caller's thread does not."""
         connection = cursor.connection
+        writer = connection is self._connection
         if self._levels.get(connection) != durable:
-            levels = _WRITER_LEVELS if connection is self._connection else _HERE_LEVELS
-            for pragma in levels[durable]:
+            for pragma in (_WRITER_LEVELS if writer else _HERE_LEVELS)[durable]:
                 cursor.execute(pragma)
             self._levels[connection] = durable
-        cursor.execute("BEGIN IMMEDIATE")
+        try:
+            cursor.execute("BEGIN IMMEDIATE")
+        except sqlite3.OperationalError as error:
+            if not (writer and _is_busy(error)):
+                raise
+            _WAIT_FOR_LOCK(cursor.execute, "BEGIN IMMEDIATE")
 
     def _disconnect(self) -> None:
         connection, self._connection = self._connection, None
