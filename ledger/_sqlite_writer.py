@@ -20,8 +20,10 @@ back (two per write, dearer than the statements of a write that needs no fsync:
 docs/performance.md, "an embedded outcome without the hops"):
 - an outcome (a lazy commit, no fsync) while the writes come one at a time (no drain posted or
   running, and the last one took a lone write: `GroupQueue.quiet`) and the lock is free at once.
-  Writes that come together commit for less in a group. An outcome never checkpoints there: the
-  log's copy into the database, with its fsyncs, is left to a commit that syncs anyway;
+  Writes that come together commit for less in a group. Not where another connection took the
+  lock from the writer's thread lately (another process writes to the file): there, even a few
+  commits out of turn cost more than the hops save. An outcome never checkpoints on a caller's
+  thread: the log's copy into the database, with its fsyncs, is left to a commit that syncs;
 - any write, for a writer whose event loop serves only callers that block on it anyway (the sync
   face's loop thread: `serve_blocking_callers`), while the loop serves that one call alone and
   the lock is free at once.
@@ -36,6 +38,7 @@ import asyncio
 import contextlib
 import json
 import sqlite3
+import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -111,6 +114,10 @@ _WAIT_FOR_LOCK = Retrying(
     stop=stop_after_delay(SQLITE_BUSY_TIMEOUT),
     reraise=True,
 )
+
+# How long outcomes keep to the writer's thread after another connection took the lock from it:
+# another process on the file is a standing condition, which a lull of 10 s does not end.
+_SHARED_SECONDS = 10.0
 
 # Converts a stored value of each operation column back (a datetime's text); most need nothing.
 _READ_OPERATION = {
@@ -197,6 +204,9 @@ class SqliteWriter:
         self._claims: dict[tuple[str, ...], SqliteStatement] = {}
         self._changes: dict[tuple[tuple[str, ...], bool], SqliteStatement] = {}
         self._queued = GroupQueue()  # the guarded writes waiting for the writer's thread
+        # Until when (`time.monotonic`) a write on a caller's thread is not tried: another
+        # connection took the lock from the writer's thread lately (see `_begin`).
+        self._shared_until = 0.0
         # Whether each connection's last commit was durable (see `_begin`).
         self._levels: dict[sqlite3.Connection, bool] = {}
 
@@ -290,7 +300,9 @@ class SqliteWriter:
     async def _run(self, write: Callable[[sqlite3.Cursor], T], durable: bool = True) -> T:
         """Run `write` in a transaction of the writer's thread, with the writes queued with it
         (`_commit_group`), or on the caller's thread where the module's docstring says."""
-        if (not durable and self._queued.quiet()) or (self._alone is not None and self._alone()):
+        if (not durable and self._queued.quiet() and time.monotonic() >= self._shared_until) or (
+            self._alone is not None and self._alone()
+        ):
             done = self._transaction_here(write, durable)
             if done is not None:
                 return done[0]
@@ -428,6 +440,7 @@ class SqliteWriter:
         except sqlite3.OperationalError as error:
             if not (writer and _is_busy(error)):
                 raise
+            self._shared_until = time.monotonic() + _SHARED_SECONDS
             _WAIT_FOR_LOCK(cursor.execute, "BEGIN IMMEDIATE")
 
     def _disconnect(self) -> None:

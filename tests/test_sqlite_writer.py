@@ -238,6 +238,40 @@ async def test_an_outcome_with_the_lock_in_the_way_waits_on_the_writers_thread(
         await ledger.close()
 
 
+async def test_outcomes_keep_to_the_writers_thread_once_another_connection_took_the_lock(
+    tmp_path: Path,
+) -> None:
+    """Another process writing to the file: there, a few commits out of the writer's turn cost
+    far more than the hops they save (docs/performance.md)."""
+    path = tmp_path / "ledger.db"
+    ledger = Ledger.from_url(f"sqlite+aiosqlite:///{path}")
+    await ledger.migrate()
+    writer = ledger.writer
+    assert isinstance(writer, SqliteWriter)
+    holder = sqlite3.connect(path, isolation_level=None)
+    try:
+        claim = await ledger.claim(_intent("a"))
+        holder.execute("BEGIN IMMEDIATE")  # another writer holds the lock
+        blocked = asyncio.create_task(ledger.claim(_intent("b")))
+        for _ in range(500):  # until the writer's thread has met the lock
+            await asyncio.sleep(0.01)
+            if writer._shared_until:
+                break
+        assert not blocked.done(), "it waits for the lock"
+        holder.execute("COMMIT")
+        assert (await blocked).created
+        await ledger.close()
+        await asyncio.to_thread(lambda: [t.join(5) for t in _writer_threads()])
+        before = len(_writer_threads())
+        finished = await ledger.finish(claim.operation, "owner-a", Outcome(Status.SUCCEEDED))
+        assert finished is not None
+        assert finished.status is Status.SUCCEEDED
+        assert len(_writer_threads()) == before + 1, "the outcome went to the writer's thread"
+    finally:
+        holder.close()
+        await ledger.close()
+
+
 async def test_a_write_that_fails_on_the_callers_thread_leaves_nothing_and_the_next_one_lands(
     tmp_path: Path,
 ) -> None:
