@@ -43,13 +43,25 @@ async def _counts(ledger: Ledger) -> tuple[int, int]:
     return rows, tries
 
 
+@contextlib.asynccontextmanager
+async def _ledger(tmp_path: Path, *, blocking_callers: bool = False) -> AsyncIterator[Ledger]:
+    """A migrated embedded ledger in `tmp_path`, closed on the way out; with `blocking_callers`,
+    serving them as the sync face's loop does, always alone."""
+    ledger = Ledger.from_url(f"sqlite+aiosqlite:///{tmp_path / 'ledger.db'}")
+    if blocking_callers:
+        ledger.serve_blocking_callers(lambda: True)
+    await ledger.migrate()
+    try:
+        yield ledger
+    finally:
+        await ledger.close()
+
+
 async def test_the_writer_thread_ends_with_close_and_starts_again_on_the_next_write(
     tmp_path: Path,
 ) -> None:
     before = len(_writer_threads())
-    ledger = Ledger.from_url(f"sqlite+aiosqlite:///{tmp_path / 'ledger.db'}")
-    await ledger.migrate()
-    try:
+    async with _ledger(tmp_path) as ledger:
         assert (await ledger.claim(_intent("a"))).created
         assert len(_writer_threads()) == before + 1
         await ledger.close()
@@ -58,16 +70,12 @@ async def test_the_writer_thread_ends_with_close_and_starts_again_on_the_next_wr
         claim = await ledger.claim(_intent("a"))  # closed, the ledger opens again
         assert not claim.created
         assert claim.operation.key == "a"
-    finally:
-        await ledger.close()
 
 
 async def test_a_claim_whose_caller_is_cancelled_is_written_whole_or_not_at_all(
     tmp_path: Path,
 ) -> None:
-    ledger = Ledger.from_url(f"sqlite+aiosqlite:///{tmp_path / 'ledger.db'}")
-    await ledger.migrate()
-    try:
+    async with _ledger(tmp_path) as ledger:
         for n in range(30):
             # Cancelled before the write is handed over, while it waits, or while it runs.
             claim = asyncio.create_task(ledger.claim(_intent(f"k{n}")))
@@ -78,16 +86,12 @@ async def test_a_claim_whose_caller_is_cancelled_is_written_whole_or_not_at_all(
         rows, tries = await _counts(ledger)
         assert 0 < rows < 30, "the cancellations should have come at different points"
         assert rows == tries, "every operation row has its first execution attempt, and only it"
-    finally:
-        await ledger.close()
 
 
 async def test_a_claim_of_a_taken_key_reads_it_without_a_write_or_the_writers_thread(
     tmp_path: Path,
 ) -> None:
-    ledger = Ledger.from_url(f"sqlite+aiosqlite:///{tmp_path / 'ledger.db'}")
-    await ledger.migrate()
-    try:
+    async with _ledger(tmp_path) as ledger:
         assert (await ledger.claim(_intent("a"))).created
         await ledger.close()
         await asyncio.to_thread(lambda: [t.join(5) for t in _writer_threads()])
@@ -101,17 +105,12 @@ async def test_a_claim_of_a_taken_key_reads_it_without_a_write_or_the_writers_th
         assert len(_writer_threads()) == before, "answered on the caller's thread"
         assert (await ledger.claim(_intent("b"))).created  # a new key still takes the write path
         assert len(_writer_threads()) == before + 1
-    finally:
-        await ledger.close()
 
 
 async def test_a_writer_serving_blocking_callers_writes_on_the_loops_thread_when_the_lock_is_free(
     tmp_path: Path,
 ) -> None:
-    ledger = Ledger.from_url(f"sqlite+aiosqlite:///{tmp_path / 'ledger.db'}")
-    ledger.serve_blocking_callers(lambda: True)
-    await ledger.migrate()
-    try:
+    async with _ledger(tmp_path, blocking_callers=True) as ledger:
         before = len(_writer_threads())
         claim = await ledger.claim(_intent("a"))
         assert claim.created
@@ -124,8 +123,6 @@ async def test_a_writer_serving_blocking_callers_writes_on_the_loops_thread_when
         row = await ledger.get("default", "a")
         assert row is not None
         assert row.status is Status.SUCCEEDED
-    finally:
-        await ledger.close()
 
 
 async def test_a_lock_in_the_way_sends_the_write_to_the_writers_thread_and_the_loop_goes_on(
@@ -190,9 +187,7 @@ async def test_an_outcome_with_the_writers_thread_idle_commits_on_the_callers_th
     tmp_path: Path,
 ) -> None:
     # It needs no fsync, and its statements cost less than the two hops (docs/performance.md).
-    ledger = Ledger.from_url(f"sqlite+aiosqlite:///{tmp_path / 'ledger.db'}")
-    await ledger.migrate()
-    try:
+    async with _ledger(tmp_path) as ledger:
         claim = await _claimed_with_no_writer_thread(ledger, "a")
         before = len(_writer_threads())
         finished = await ledger.finish(claim.operation, "owner-a", Outcome(Status.SUCCEEDED))
@@ -204,8 +199,6 @@ async def test_an_outcome_with_the_writers_thread_idle_commits_on_the_callers_th
         assert row.status is Status.SUCCEEDED
         assert (await ledger.claim(_intent("b"))).created
         assert len(_writer_threads()) == before + 1, "an intent's fsync is the writer's, always"
-    finally:
-        await ledger.close()
 
 
 async def test_an_outcome_with_the_lock_in_the_way_waits_on_the_writers_thread(
@@ -276,10 +269,7 @@ async def test_a_write_that_fails_on_the_callers_thread_leaves_nothing_and_the_n
     tmp_path: Path,
 ) -> None:
     # Its operation row is inserted and then its attempt row fails (no start time).
-    ledger = Ledger.from_url(f"sqlite+aiosqlite:///{tmp_path / 'ledger.db'}")
-    ledger.serve_blocking_callers(lambda: True)
-    await ledger.migrate()
-    try:
+    async with _ledger(tmp_path, blocking_callers=True) as ledger:
         writer = ledger.writer
         assert isinstance(writer, SqliteWriter)
         before = len(_writer_threads())
@@ -291,8 +281,6 @@ async def test_a_write_that_fails_on_the_callers_thread_leaves_nothing_and_the_n
         assert (await ledger.claim(_intent("a"))).created
         assert await _counts(ledger) == (1, 1)
         assert len(_writer_threads()) == before, "both on the caller's thread"
-    finally:
-        await ledger.close()
 
 
 def _fill_the_log(raw: sqlite3.Connection) -> None:
@@ -403,9 +391,7 @@ async def test_a_reader_that_fails_is_dropped_and_its_read_made_under_the_lock(
     pooled again: the read is made on the writer's thread, and the next one on a new connection.
     Pooled again, being the last one in it would be the first one out, and fail every use after
     it."""
-    ledger = Ledger.from_url(f"sqlite+aiosqlite:///{tmp_path / 'ledger.db'}")
-    await ledger.migrate()
-    try:
+    async with _ledger(tmp_path) as ledger:
         assert (await ledger.claim(_intent("a"))).created
         writer = ledger.writer
         assert isinstance(writer, SqliteWriter)
@@ -416,5 +402,3 @@ async def test_a_reader_that_fails_is_dropped_and_its_read_made_under_the_lock(
         assert found is not None
         assert found.key == "a"
         assert ledger.peek("default", "a") is not None, "read on a new connection"
-    finally:
-        await ledger.close()
