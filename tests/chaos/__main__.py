@@ -118,7 +118,7 @@ def main() -> None:
         "--stall-rate",
         type=float,
         default=defaults.stall_rate,
-        help="executions that stop their process just before they send",
+        help="orders that stop their process just before they send",
     )
     parser.add_argument(
         "--duplicate-rate",

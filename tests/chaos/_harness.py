@@ -433,6 +433,7 @@ def _environment(role: str, pg_url: str, servers: Servers, plan: Plan) -> dict[s
         "WRITESAFE_RECONCILE_LEASE": "5",
         "CHAOS_SHOP_URL": servers.shop_url,
         "CHAOS_PLAN": plan_to_json(plan),
+        "CHAOS_RUN_DIR": str(servers.run_dir),
     }
 
 

@@ -2,7 +2,8 @@
 
 A request's fault depends on the seed, the order's client reference and how many requests for that
 reference the shop has seen before, so a failing run replays with the same seed; so do which orders
-a second process submits too, and which executions stop their own process just before they send.
+a second process submits too, and which orders stop their own process just before they send (and
+where).
 Process-level faults (kills, restarts, stalls) and each process's clock skew come from the
 harness's own seeded generator; their timing against the requests is not reproducible, their kinds
 and order are.
@@ -95,9 +96,9 @@ class Plan:
     answers, the only case where the truth is undecidable and escalation is the right end.
 
     `duplicate_rate` of orders are submitted by a second worker process too (a duplicate from
-    another process); `stall_rate` of executions stop their own process just before they send
-    (the harness continues it after a writer stall), `after_fence_share` of those after the
-    fence admitted the send (half of them before the check at the write, half after it);
+    another process); `stall_rate` of orders stop their own process just before they send (the
+    harness continues it after a writer stall), `after_fence_share` of those after the fence
+    admitted the send (half of them before the check at the write, half after it);
     `skew_seconds` is the largest clock offset of a client worker or reconciler process (0:
     every process keeps the machine's clock).
     """
@@ -124,8 +125,11 @@ class Plan:
     def duplicated(self, ref: str) -> bool:
         return random.Random(f"{self.seed}/{ref}/twin").random() < self.duplicate_rate
 
-    def stall_point(self, ref: str, execution: int) -> StallPoint | None:
-        rng = random.Random(f"{self.seed}/{ref}/{execution}/stall")
+    def stall_point(self, ref: str) -> StallPoint | None:
+        """Where the order stops its process, if it does: an order, not an execution, because
+        an execution may never get there (another stall in its process closed its fence, the
+        ledger was out of reach, its process was killed), and the point must still be tried."""
+        rng = random.Random(f"{self.seed}/{ref}/stall")
         if rng.random() >= self.stall_rate:
             return None
         if rng.random() >= self.after_fence_share:
@@ -137,7 +141,7 @@ class Plan:
         return (
             f"seed={self.seed} weights: {weights}; lookup broken for "
             f"{self.lookup_broken_rate:.0%} of orders; duplicated by a second process "
-            f"{self.duplicate_rate:.0%}; executions stalling before the send "
+            f"{self.duplicate_rate:.0%}; orders stalling before the send "
             f"{self.stall_rate:.1%} ({self.after_fence_share:.0%} of them after the fence); "
             f"clock skew up to ±{self.skew_seconds:g} s; downstream {self.downstream.value}; "
             f"driver faults {', '.join(f.value for f in self.driver_faults) or 'none'}; "

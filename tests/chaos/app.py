@@ -2,13 +2,14 @@
 
 Configured entirely from the environment (the harness sets it), so every process — client workers
 and `writesafe reconcile tests.chaos.app:ws --watch` workers — loads the same application:
-`WRITESAFE_*` for the stores, `CHAOS_SHOP_URL` for the shop and `CHAOS_PLAN` for the timings.
+`WRITESAFE_*` for the stores, `CHAOS_SHOP_URL` for the shop, `CHAOS_PLAN` for the timings and
+`CHAOS_RUN_DIR` for the run's directory (outside a run, nothing stalls).
 The tool sends through writesafe's httpx integration (`fenced_client`): every request passes the
-execution's fence and carries its key and fencing token. Where the plan says so, an execution
-stops its own process just before its send: in the tool, before the fence (the fence's to refuse
-once the process is continued), inside the transport after the fence admitted the request (the
-fence's check at the write refuses it), or as the write starts, after that check (only a
-downstream that checks the token can refuse that one).
+execution's fence and carries its key and fencing token. Where the plan says so, the first
+execution of an order to get there, in any process, stops its process just before its send: in
+the tool, before the fence (the fence's to refuse once the process is continued), inside the
+transport after the fence admitted the request (the fence's check at the write refuses it), or as
+the write starts, after that check (only a downstream that checks the token can refuse that one).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from __future__ import annotations
 import os
 import signal
 import sys
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -27,6 +29,7 @@ from writesafe.reconciler import Found, LookupOperation, LookupResult, NotFound,
 PLAN = plan_from_json(os.environ["CHAOS_PLAN"]) if "CHAOS_PLAN" in os.environ else Plan(seed=0)
 TIMINGS = PLAN.timings
 SHOP_URL = os.environ.get("CHAOS_SHOP_URL", "http://127.0.0.1:8123")
+RUN_DIR = os.environ.get("CHAOS_RUN_DIR")
 
 ws = WriteSafe()
 
@@ -34,12 +37,17 @@ _clients: dict[int, httpx.AsyncClient] = {}
 
 
 def stall_here(point: StallPoint) -> None:
-    """Stop this process if the plan stalls the current execution at `point`."""
+    """Stop this process if the plan stalls the current execution's order at `point` and no
+    execution of it stopped there before, in any process of the run."""
     try:
         operation = current_operation()
     except NoCurrentOperation:  # a lookup's request: lookups are not stalled
         return
-    if PLAN.stall_point(operation.key, operation.execution) is not point:
+    if RUN_DIR is None or PLAN.stall_point(operation.key) is not point:
+        return
+    try:  # the order's stall is taken once per run: whichever execution gets there first
+        (Path(RUN_DIR) / f"stalled-{operation.key}").touch(exist_ok=False)
+    except FileExistsError:
         return
     print(f"chaos stall {point.value} {operation.key} #{operation.execution}", file=sys.stderr)
     sys.stderr.flush()
