@@ -20,13 +20,14 @@ back (two per write, dearer than the statements of a write that needs no fsync:
 docs/performance.md, "an embedded outcome without the hops"):
 - an outcome (a lazy commit, no fsync) while the writes come one at a time (no drain posted or
   running, and the last one took a lone write: `GroupQueue.quiet`) and the lock is free at once.
-  Writes that come together commit for less in a group. Not where another connection took the
-  lock from the writer's thread lately (another process writes to the file): there, even a few
-  commits out of turn cost more than the hops save. An outcome never checkpoints on a caller's
-  thread: the log's copy into the database, with its fsyncs, is left to a commit that syncs;
+  Writes that come together commit for less in a group. An outcome never checkpoints on a
+  caller's thread: the log's copy into the database, with its fsyncs, is left to a commit that
+  syncs;
 - any write, for a writer whose event loop serves only callers that block on it anyway (the sync
   face's loop thread: `serve_blocking_callers`), while the loop serves that one call alone and
   the lock is free at once.
+Neither where another connection took the lock from the writer's thread lately (another process
+writes to the file): there, even a few commits out of turn cost more than the hops save.
 Otherwise the write goes to the writer's thread, so that the loop serves its other calls during a
 commit's fsync; so does a write with the lock in the way, to wait there: never on the loop, where
 an engine transaction holding the lock may need to go on.
@@ -115,7 +116,7 @@ _WAIT_FOR_LOCK = Retrying(
     reraise=True,
 )
 
-# How long outcomes keep to the writer's thread after another connection took the lock from it:
+# How long writes keep to the writer's thread after another connection took the lock from it:
 # another process on the file is a standing condition, which a lull of 10 s does not end.
 _SHARED_SECONDS = 10.0
 
@@ -300,8 +301,8 @@ class SqliteWriter:
     async def _run(self, write: Callable[[sqlite3.Cursor], T], durable: bool = True) -> T:
         """Run `write` in a transaction of the writer's thread, with the writes queued with it
         (`_commit_group`), or on the caller's thread where the module's docstring says."""
-        if (not durable and self._queued.quiet() and time.monotonic() >= self._shared_until) or (
-            self._alone is not None and self._alone()
+        if time.monotonic() >= self._shared_until and (
+            (not durable and self._queued.quiet()) or (self._alone is not None and self._alone())
         ):
             done = self._transaction_here(write, durable)
             if done is not None:

@@ -231,13 +231,17 @@ async def test_an_outcome_with_the_lock_in_the_way_waits_on_the_writers_thread(
         await ledger.close()
 
 
-async def test_outcomes_keep_to_the_writers_thread_once_another_connection_took_the_lock(
-    tmp_path: Path,
+@pytest.mark.parametrize("blocking_callers", [False, True])
+async def test_writes_keep_to_the_writers_thread_once_another_connection_took_the_lock(
+    tmp_path: Path, blocking_callers: bool
 ) -> None:
     """Another process writing to the file: there, a few commits out of the writer's turn cost
-    far more than the hops they save (docs/performance.md)."""
+    far more than the hops they save (docs/performance.md), for an outcome and for any write of
+    a loop that serves a blocking caller alone."""
     path = tmp_path / "ledger.db"
     ledger = Ledger.from_url(f"sqlite+aiosqlite:///{path}")
+    if blocking_callers:
+        ledger.serve_blocking_callers(lambda: True)
     await ledger.migrate()
     writer = ledger.writer
     assert isinstance(writer, SqliteWriter)
