@@ -38,6 +38,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import random
 import sqlite3
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -60,7 +61,6 @@ from sqlalchemy import cast as sql_cast
 from sqlalchemy.dialects import sqlite
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.sql.compiler import SQLCompiler
-from tenacity import Retrying, retry_if_exception, stop_after_delay, wait_random_exponential
 
 from writesafe.ledger._call_thread import CallThread
 from writesafe.ledger._engine import SQLITE_BUSY_TIMEOUT, connect_sqlite
@@ -108,13 +108,31 @@ def _is_busy(error: BaseException) -> bool:
 # with several processes on one file, each writer slept through the others' turns (a wait
 # measured in docs/performance.md, "an embedded outcome without the hops"). This one tries again
 # after 50 µs, doubling to 2 ms, at random below each (so that processes do not retry in step),
-# for as long as SQLite's own would have.
-_WAIT_FOR_LOCK = Retrying(
-    retry=retry_if_exception(_is_busy),
-    wait=wait_random_exponential(multiplier=50e-6, max=2e-3),
-    stop=stop_after_delay(SQLITE_BUSY_TIMEOUT),
-    reraise=True,
-)
+# for as long as SQLite's own would have. A loop of its own rather than tenacity's `Retrying`,
+# whose bookkeeping adds about half again to the CPU of each try and its sleep, CPU that the
+# lock's holder may be waiting for (`python -m bench.lock_wait`; docs/performance.md).
+_FIRST_WAIT = 50e-6
+_LONGEST_WAIT = 2e-3
+
+
+def begin_when_free(cursor: sqlite3.Cursor, timeout: float = SQLITE_BUSY_TIMEOUT) -> int:
+    """BEGIN IMMEDIATE on `cursor`, whose lock another connection held a moment ago: tried at
+    once, then again after each wait, until it is free or `timeout` seconds have passed (then
+    SQLite's BUSY is raised); how many tries it took."""
+    deadline = time.monotonic() + timeout
+    longest, tries = _FIRST_WAIT, 0
+    while True:
+        tries += 1
+        try:
+            cursor.execute("BEGIN IMMEDIATE")
+        except sqlite3.OperationalError as error:
+            if not _is_busy(error) or time.monotonic() >= deadline:
+                raise
+        else:
+            return tries
+        time.sleep(random.uniform(0, longest))
+        longest = min(longest * 2, _LONGEST_WAIT)
+
 
 # How long writes keep to the writer's thread after another connection took the lock from it:
 # another process on the file is a standing condition, which a lull of 10 s does not end.
@@ -429,7 +447,7 @@ class SqliteWriter:
         """BEGIN IMMEDIATE at the safety level asked for, setting it only where the connection
         is at the other one (SQLite refuses to change it inside a transaction): statements
         fewer per commit wherever consecutive commits ask for the same level. The writer's
-        thread waits for a lock that is taken (`_WAIT_FOR_LOCK`); a caller's thread does not."""
+        thread waits for a lock that is taken (`begin_when_free`); a caller's thread does not."""
         connection = cursor.connection
         writer = connection is self._connection
         if self._levels.get(connection) != durable:
@@ -442,7 +460,7 @@ class SqliteWriter:
             if not (writer and _is_busy(error)):
                 raise
             self._shared_until = time.monotonic() + _SHARED_SECONDS
-            _WAIT_FOR_LOCK(cursor.execute, "BEGIN IMMEDIATE")
+            begin_when_free(cursor)
 
     def _disconnect(self) -> None:
         connection, self._connection = self._connection, None

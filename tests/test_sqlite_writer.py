@@ -7,7 +7,8 @@ import asyncio
 import contextlib
 import sqlite3
 import threading
-from collections.abc import AsyncIterator, Awaitable
+import time
+from collections.abc import AsyncIterator, Awaitable, Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import TypeVar
@@ -19,7 +20,7 @@ from sqlalchemy.exc import IntegrityError
 from writesafe import WriteSafe
 from writesafe.ledger import ApiKeys, Claim, Intent, Ledger, Outcome, Status
 from writesafe.ledger._hot_path import _operation_values
-from writesafe.ledger._sqlite_writer import SqliteWriter
+from writesafe.ledger._sqlite_writer import SqliteWriter, begin_when_free
 from writesafe.ledger._writer import attempts, operations
 
 THREAD_PREFIX = "writesafe-sqlite"
@@ -267,6 +268,52 @@ async def test_writes_keep_to_the_writers_thread_once_another_connection_took_th
     finally:
         holder.close()
         await ledger.close()
+
+
+@contextlib.contextmanager
+def _two_connections(path: Path) -> Iterator[tuple[sqlite3.Connection, sqlite3.Connection]]:
+    """A connection holding the file's write lock, and one that tries it without waiting."""
+    holder = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+    waiter = sqlite3.connect(path, isolation_level=None)
+    try:
+        holder.execute("PRAGMA journal_mode=WAL")
+        waiter.execute("PRAGMA busy_timeout=0")
+        holder.execute("BEGIN IMMEDIATE")
+        yield holder, waiter
+    finally:
+        waiter.close()
+        holder.close()
+
+
+def test_the_writers_wait_for_the_lock_begins_once_it_is_free(tmp_path: Path) -> None:
+    with _two_connections(tmp_path / "lock.db") as (holder, waiter):
+        release = threading.Timer(0.05, holder.execute, ("COMMIT",))
+        release.start()
+        tries = begin_when_free(waiter.cursor())
+        release.join()
+        assert tries > 1, "it found the lock taken, then free"
+        assert waiter.in_transaction
+
+
+def test_the_writers_wait_for_the_lock_gives_up_with_sqlites_busy_after_its_timeout(
+    tmp_path: Path,
+) -> None:
+    with _two_connections(tmp_path / "lock.db") as (_, waiter):
+        started = time.monotonic()
+        with pytest.raises(sqlite3.OperationalError) as raised:
+            begin_when_free(waiter.cursor(), timeout=0.2)
+        assert time.monotonic() - started >= 0.2
+        assert raised.value.sqlite_errorcode & 0xFF == sqlite3.SQLITE_BUSY
+        assert not waiter.in_transaction
+
+
+def test_the_writers_wait_for_the_lock_does_not_retry_another_error(tmp_path: Path) -> None:
+    with _two_connections(tmp_path / "lock.db") as (_, waiter):
+        waiter.execute("PRAGMA query_only=ON")  # its BEGIN IMMEDIATE fails, not for the lock
+        started = time.monotonic()
+        with pytest.raises(sqlite3.OperationalError):
+            begin_when_free(waiter.cursor(), timeout=5.0)
+        assert time.monotonic() - started < 1.0, "raised at its first try"
 
 
 async def test_a_write_that_fails_on_the_callers_thread_leaves_nothing_and_the_next_one_lands(
