@@ -287,7 +287,7 @@ def _two_connections(path: Path) -> Iterator[tuple[sqlite3.Connection, sqlite3.C
 
 def test_the_writers_wait_for_the_lock_begins_once_it_is_free(tmp_path: Path) -> None:
     with _two_connections(tmp_path / "lock.db") as (holder, waiter):
-        release = threading.Timer(0.05, holder.execute, ("COMMIT",))
+        release = threading.Timer(0.2, holder.execute, ("COMMIT",))
         release.start()
         tries = begin_when_free(waiter.cursor())
         release.join()
