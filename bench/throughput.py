@@ -1,6 +1,6 @@
 """Throughput: guarded first executions per second with 1, 8 and 64 keys in flight.
 
-    python -m bench.throughput [--seconds 3] [--backend pg+redis|pg|embedded] [--json]
+    python -m bench.throughput [--seconds 3] [--backend pg+redis|pg|embedded] [--sync] [--json]
     python -m bench.throughput --peers [--rounds 3] [--seconds 3] [--json]
 
 `--peers` measures writesafe on every backend against agent-once and DBOS instead
@@ -12,11 +12,13 @@ spread evenly over 4 processes (C=1 becomes one key per process: 4 in flight). T
 measured in the same run and process layout, is the same loop doing only the round trips a first
 execution must make with raw clients: 2 committed INSERTs, with Redis too (a tool of first
 executions asks the ledger first and leaves Redis alone: `reconciler/_store_order.py`). Ratios:
-guarded / floor, and 4 processes / 1 process. C=32 in one process against 4 processes × 8 is
-issue 30's scaling comparison. Beside each: the cores the whole machine was busy (Linux's
-`/proc/stat`) and the cores the benchmark's own processes used (their CPU time): where the
-machine is busy on every core, more processes cannot add work, and the rest of it is the
-database's (and Redis's) share.
+guarded / floor, and 4 processes / 1 process. With `--sync`, the guarded write is a plain `def`
+called blocking through the sync face, from C threads spread over the processes in the same way (as
+a threaded WSGI server, or a worker per process, calls it); the floor stays the async one. C=32 in
+one process against 4 processes × 8 is issue 30's scaling comparison. Beside each: the cores the
+whole machine was busy (Linux's `/proc/stat`) and the cores the benchmark's own processes used
+(their CPU time): where the machine is busy on every core, more processes cannot add work, and the
+rest of it is the database's (and Redis's) share.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ import argparse
 import asyncio
 import multiprocessing
 import os
+import threading
 import time
 from dataclasses import dataclass
 from multiprocessing.synchronize import Barrier
@@ -38,7 +41,7 @@ from bench import throughput_peers
 from bench._cli import run_and_report
 from bench._floors import postgres_floor, sqlite_floor
 from bench._setup import create_postgres_floor, create_sqlite_floor, isolated
-from bench.guard import ORDER, bare_write
+from bench.guard import ORDER, bare_sync_write, bare_write
 from writesafe import WriteSafe
 
 CONCURRENCY = (1, 8, 32, 64)
@@ -47,7 +50,7 @@ PROCESSES = (1, 4)
 
 @dataclass(frozen=True)
 class Job:
-    kind: str  # "guard" or "floor"
+    kind: str  # "guard", "sync" (the guard's sync face) or "floor"
     backend: str
     database_url: str
     redis_url: str | None
@@ -75,16 +78,19 @@ async def _loop(job: Job, one: Any) -> int:
     return done
 
 
-async def _guard_job(job: Job, barrier: Barrier) -> int:
+def _writesafe(job: Job) -> WriteSafe:
     if job.backend == "embedded":
-        ws = WriteSafe(f"sqlite+aiosqlite:///{job.sqlite_path}")
-    else:
-        ws = WriteSafe(
-            job.database_url,
-            job.redis_url,
-            schema=job.schema,
-            redis_prefix=job.redis_prefix,
-        )
+        return WriteSafe(f"sqlite+aiosqlite:///{job.sqlite_path}")
+    return WriteSafe(
+        job.database_url,
+        job.redis_url,
+        schema=job.schema,
+        redis_prefix=job.redis_prefix,
+    )
+
+
+async def _guard_job(job: Job, barrier: Barrier) -> int:
+    ws = _writesafe(job)
     tool = ws.tool("bench_submit")(bare_write)
     try:
         await ws.start()
@@ -97,6 +103,32 @@ async def _guard_job(job: Job, barrier: Barrier) -> int:
         return await _loop(job, one)
     finally:
         await ws.close()
+
+
+def _sync_job(job: Job, barrier: Barrier) -> int:
+    """`_guard_job` through the sync face: `in_flight` threads, each calling a plain `def` tool
+    with a fresh key as soon as its previous call returns."""
+    ws = _writesafe(job)
+    tool = ws.tool("bench_submit_sync")(bare_sync_write)
+    done = [0] * job.in_flight
+    try:
+        tool.key(f"{job.tag}-warm")(ORDER)
+        barrier.wait()
+        deadline = time.perf_counter() + job.seconds
+
+        def caller(c: int) -> None:
+            while time.perf_counter() < deadline:
+                tool.key(f"{job.tag}-{c}-{done[c]}")(ORDER)
+                done[c] += 1
+
+        callers = [threading.Thread(target=caller, args=(c,)) for c in range(job.in_flight)]
+        for thread in callers:
+            thread.start()
+        for thread in callers:
+            thread.join()
+        return sum(done)
+    finally:
+        ws.sync.close()
 
 
 async def _floor_job(job: Job, barrier: Barrier) -> int:
@@ -114,9 +146,11 @@ async def _floor_job(job: Job, barrier: Barrier) -> int:
 
 def _process(job: Job, barrier: Barrier, results: Any) -> None:
     """Run `job`; put the calls it made and the CPU seconds its process spent making them."""
-    run = _guard_job if job.kind == "guard" else _floor_job
     cpu = time.process_time()
-    done = asyncio.run(run(job, barrier))
+    if job.kind == "sync":
+        done = _sync_job(job, barrier)
+    else:
+        done = asyncio.run((_guard_job if job.kind == "guard" else _floor_job)(job, barrier))
     results.put((done, time.process_time() - cpu))
 
 
@@ -181,7 +215,7 @@ async def _isolated_run(args: argparse.Namespace) -> dict[str, Any]:
         sqlite_path = iso.workdir / "ledger.db"
         await _prepare(args, iso.schema, sqlite_path)
         base = Job(
-            kind="guard",
+            kind="sync" if args.sync else "guard",
             backend=args.backend,
             database_url=args.database_url,
             redis_url=args.redis_url if args.backend == "pg+redis" else None,
@@ -216,11 +250,12 @@ async def _isolated_run(args: argparse.Namespace) -> dict[str, Any]:
             row["scaling_vs_1_process"] = round(
                 row["guard_ops_per_s"] / one_process[row["in_flight"]], 2
             )
-    return {"backend": args.backend, "seconds": args.seconds, "rows": rows}
+    return {"backend": args.backend, "sync": args.sync, "seconds": args.seconds, "rows": rows}
 
 
 def _print(report: dict[str, Any]) -> None:
-    table = Table(title=f"throughput, {report['backend']}, first executions per second")
+    face = ", sync face" if report["sync"] else ""
+    table = Table(title=f"throughput, {report['backend']}{face}, first executions per second")
     columns = (
         "processes",
         "in flight",
@@ -263,6 +298,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seconds", type=float, default=3.0)
     parser.add_argument("--backend", choices=["pg+redis", "pg", "embedded"], default="pg+redis")
+    parser.add_argument("--sync", action="store_true", help="guard a plain def, called blocking")
     parser.add_argument("--peers", action="store_true", help="every backend against the peers")
     parser.add_argument("--rounds", type=int, default=3, help="interleaved rounds of --peers")
     run_and_report(parser, _run, _show)
