@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 
+from tests.chaos._skew import sweep_stale_state
 from tests.conftest import MakeWriteSafe
 from tests.skewed_worker import effects, register
 from writesafe import Status, WriteSafe, WriteSafeError
@@ -41,6 +42,7 @@ async def run_skewed(work: Path, options: dict[str, Any], action: str) -> dict[s
         "action": action,
         "key": KEY,
     }
+    sweep_stale_state()  # a killed process's state with the wrapper's pid would stop it
     process = await asyncio.create_subprocess_exec(
         FAKETIME,
         "-f",

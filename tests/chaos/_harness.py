@@ -31,7 +31,7 @@ import httpx
 
 from tests.chaos._checker import LedgerRow, Verdict, check, shop_state
 from tests.chaos._plan import DriverFault, Plan, order_refs, plan_to_json
-from tests.chaos._skew import skewed
+from tests.chaos._skew import skewed, sweep_stale_state
 from tests.chaos._stalls import Stalls
 from tests.chaos._worker import read_journal
 from tests.loopback import free_port
@@ -538,8 +538,10 @@ async def run_chaos(
         for process in [*reconciler_processes, *workers_left]:
             if process.poll() is None:
                 process.kill()
+                process.wait()
         servers.stop()
         pooled.close()
+        sweep_stale_state()  # what the skewed processes killed in the run left behind
         await _drop_role(pg_url, role)
 
 

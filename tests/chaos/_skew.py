@@ -11,8 +11,13 @@ Known gap of 0.9.10 with the monotonic clock left alone: `time.sleep` fails with
 
 from __future__ import annotations
 
+import contextlib
 import glob
+import re
 import shutil
+from pathlib import Path
+
+import psutil
 
 LIBRARY_GLOBS = (
     "/usr/lib/*/faketime/libfaketime.so.1",
@@ -45,3 +50,27 @@ def skewed(env: dict[str, str], seconds: float) -> dict[str, str]:
         "DONT_FAKE_MONOTONIC": "1",  # libfaketime 0.9.10's name
         "FAKETIME_DONT_FAKE_MONOTONIC": "1",  # later versions' name
     }
+
+
+# Where libfaketime keeps each process's shared state: a segment and a semaphore named by its pid.
+_STATE = Path("/dev/shm")
+_STATE_NAME = re.compile(r"(?:faketime_shm|sem\.faketime_sem)_(\d+)")
+
+
+def sweep_stale_state() -> int:
+    """Remove what libfaketime left in /dev/shm for processes that are gone; how many entries.
+
+    A process with libfaketime loaded (and the `faketime` wrapper) removes its state as it exits;
+    one killed by a signal, as the chaos run kills its skewed workers, leaves it behind. A later
+    `faketime` wrapper that is given the same pid then refuses to start (`faketime: sem_open:
+    File exists`), which failed `tests/test_one_clock.py` in CI. State of a live pid is kept.
+    """
+    removed = 0
+    for entry in _STATE.glob("*faketime*"):
+        match = _STATE_NAME.fullmatch(entry.name)
+        if match is None or psutil.pid_exists(int(match.group(1))):
+            continue
+        with contextlib.suppress(FileNotFoundError):  # another sweep took it first
+            entry.unlink()
+            removed += 1
+    return removed
