@@ -7,14 +7,13 @@ import asyncio
 import os
 import subprocess
 from collections import Counter
-from pathlib import Path
 
 import pytest
 
 from tests.chaos._checker import VIOLATIONS, LedgerRow, check
 from tests.chaos._harness import run_chaos
 from tests.chaos._plan import DriverFault, Fault, Plan
-from tests.chaos._skew import sweep_stale_state
+from tests.chaos._skew import _STATE, sweep_stale_state
 from tests.pgbouncer import available
 from writesafe import Status
 
@@ -133,13 +132,13 @@ def test_an_escalation_is_allowed_where_the_lookup_cannot_answer() -> None:
     assert verdict.escalated == 1
 
 
-@pytest.mark.skipif(not Path("/dev/shm").is_dir(), reason="libfaketime keeps its state in /dev/shm")
+@pytest.mark.skipif(not _STATE.is_dir(), reason="libfaketime keeps its state in /dev/shm")
 def test_the_sweep_removes_libfaketimes_state_of_gone_processes_and_keeps_the_live_ones() -> None:
     gone = subprocess.Popen(["true"])
     gone.wait()
     names = ("faketime_shm_{}", "sem.faketime_sem_{}")
-    dead = [Path("/dev/shm") / name.format(gone.pid) for name in names]
-    live = [Path("/dev/shm") / name.format(os.getpid()) for name in names]
+    dead = [_STATE / name.format(gone.pid) for name in names]
+    live = [_STATE / name.format(os.getpid()) for name in names]
     try:
         for path in (*dead, *live):
             path.touch()
