@@ -3,11 +3,11 @@
 A call goes: Redis (cached result, or the lease) → the ledger claim (authoritative) → execute →
 record the outcome (fenced) → answer, and cache the outcome behind the answer. Redis only ever
 saves round trips; every decision to execute is taken by the ledger, so losing Redis data can
-never cause a second execution. A tool whose calls are seldom repeats skips Redis and goes to
-the ledger claim directly (`reconciler._store_order`): Redis would save those calls nothing. A
-caller on a thread without the guard's event loop (the sync face) makes the call's first look
-itself, blocking (`Guard.look_now`): a finished key is answered there, anything else goes on to
-`Guard.run` with what the look found.
+never cause a second execution. A tool whose calls are seldom repeats skips Redis, and the
+embedded ledger's local read, and goes to the ledger claim directly (`reconciler._store_order`):
+they would save those calls nothing. A caller on a thread without the guard's event loop (the
+sync face) makes the call's first look itself, blocking (`Guard.look_now`): a finished key is
+answered there, anything else goes on to `Guard.run` with what the look found.
 """
 
 from __future__ import annotations
@@ -149,11 +149,13 @@ class Guard:
         self.keystore = keystore
         self.codes = codes
         self.settings = settings
-        # Whether `look_now` can look without the loop: Redis's claim, or the ledger's local
-        # read (a server's ledger alone has no read without a round trip on the loop's pool).
+        # Whether a store answers a repeat before the claim's write, which `look_now` can ask
+        # without the loop: Redis's claim, or the ledger's local read (a server's ledger alone
+        # has no read without a round trip on the loop's pool).
         self._looks_now = keystore is not None or ledger.reads_locally
-        # Each tool's running share of calls that found their key known (`StoreOrder`): a hint
-        # shared by the loop and the sync face's threads, never a correctness input.
+        # Each tool's running share of calls that found their key known (`StoreOrder`), kept
+        # where a store is asked by it: a hint shared by the loop and the sync face's threads,
+        # never a correctness input.
         self._repeats: dict[str, float] = {}
         self._restores = RestoreWatch(
             ledger,
@@ -256,7 +258,7 @@ class Guard:
                 self._note(call, repeat=True)
                 return Look(owner, store, self._replay_cached(call, store.outcome))
             return Look(owner, store)
-        if not self.ledger.reads_locally:
+        if not self._peeks_first(call):
             return None
         row = self.ledger.peek(call.scope, call.key)
         if row is None:
@@ -273,11 +275,25 @@ class Guard:
         repeats, and always while the ledger is restored (Redis may hold what it forgot)."""
         if self.keystore is None:
             return False
-        return self._restores.open or self.settings.store_order.redis_first(self._share(call))
+        return self._restores.open or self.settings.store_order.asks_first(self._share(call))
+
+    def _peeks_first(self, call: GuardedCall) -> bool:
+        """Whether the call reads the embedded ledger's row before claiming the key: while its
+        tool's calls are often repeats. A read that finds no row costs a first execution a query
+        and, beside the writer's busy thread, the GIL's hand-offs (docs/performance.md)."""
+        return self.ledger.reads_locally and self.settings.store_order.asks_first(self._share(call))
+
+    def _peeked(self, call: GuardedCall) -> Claim | None:
+        """The row holding the call's key as the embedded ledger last committed it, read on this
+        thread without a write, where the call peeks first; None: the claim's write decides."""
+        if not self._peeks_first(call):
+            return None
+        row = self.ledger.peek(call.scope, call.key)
+        return None if row is None else Claim(row, created=False)
 
     def _note(self, call: GuardedCall, *, repeat: bool) -> None:
         """Count the call into its tool's share of repeats: it found its key known, or new."""
-        if self.keystore is not None:
+        if self._looks_now:
             share = self.settings.store_order.after(self._share(call), repeat=repeat)
             self._repeats[call.tool.name] = share
 
@@ -372,7 +388,9 @@ class Guard:
             holds_store_lease = store.state is LeaseState.ACQUIRED
         try:
             leased_at = time.monotonic()  # the claim sets the lease no earlier than this
-            claim = await self._claim(call, owner)
+            claim = None if redis_first else self._peeked(call)
+            if claim is None:
+                claim = await self._claim(call, owner)
             if first_look:
                 self._note(call, repeat=not claim.created)
             try:

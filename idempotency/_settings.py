@@ -72,7 +72,8 @@ class WriteSafeSettings(CheckedSettings):
         ge=0,
         le=1,
         description="share of a tool's recent calls repeating a known key above which Redis is"
-        " asked before the ledger; 0: always (docs/operations.md)",
+        " asked before the ledger (and the embedded ledger read before its claim); 0: always"
+        " (docs/operations.md)",
     )
     max_result_bytes: int = Field(
         default=DEFAULT_MAX_RESULT_BYTES,

@@ -9,11 +9,12 @@ writes that queue while the thread is busy share one transaction and one commit 
 `ledger/_group_commit.py`): the fsync that is most of a commit's cost is paid once per group, not
 once per write; a lone write commits alone at once. Its statements are compiled once by SQLAlchemy
 from the table definitions and run on the driver directly: SQLAlchemy's execution layer cost more
-per statement than SQLite takes to run it. A claim first reads the key on the caller's thread
-(`peek`), which a WAL reader does without waiting for any writer: a key that is taken (a replay)
-costs neither a write nor a thread hop; a `fetch` (a status, a duplicate's look at the ledger)
-reads so too. Other reads and reconciliation keep the async engine; upkeep that writes in batches
-(pruning) comes to the writer's thread (`transaction`), to take its turn with the guarded writes.
+per statement than SQLite takes to run it. A `peek` reads a key on the caller's thread, which a
+WAL reader does without waiting for any writer: the guard peeks before it claims while a tool's
+calls are often repeats (a key that is taken then costs neither a write nor a thread hop), and a
+`fetch` (a status, a duplicate's look at the ledger) reads so too. Other reads and reconciliation
+keep the async engine; upkeep that writes in batches (pruning) comes to the writer's thread
+(`transaction`), to take its turn with the guarded writes.
 
 Some writes run on the caller's own thread instead, saving the hop to the writer's thread and
 back (two per write, dearer than the statements of a write that needs no fsync:
@@ -230,9 +231,6 @@ class SqliteWriter:
         self._levels: dict[sqlite3.Connection, bool] = {}
 
     async def claim(self, row: dict[str, Any]) -> Claim | None:
-        existing = self.peek(row["scope"], row["key"])
-        if existing is not None:
-            return Claim(existing, created=False)
         names = tuple(row)
         statement = self._claims.get(names)
         if statement is None:

@@ -89,22 +89,31 @@ async def test_a_claim_whose_caller_is_cancelled_is_written_whole_or_not_at_all(
         assert rows == tries, "every operation row has its first execution attempt, and only it"
 
 
-async def test_a_claim_of_a_taken_key_reads_it_without_a_write_or_the_writers_thread(
+async def test_a_claim_of_a_taken_key_returns_the_row_holding_it_and_writes_nothing(
     tmp_path: Path,
 ) -> None:
     async with _ledger(tmp_path) as ledger:
         assert (await ledger.claim(_intent("a"))).created
-        await ledger.close()
-        await asyncio.to_thread(lambda: [t.join(5) for t in _writer_threads()])
-        before = len(_writer_threads())
         with sqlite3.connect(tmp_path / "ledger.db") as raw:
             changes = raw.execute("PRAGMA data_version").fetchone()
             claim = await ledger.claim(_intent("a"))  # a replay: the key is taken
             assert raw.execute("PRAGMA data_version").fetchone() == changes, "nothing written"
         assert not claim.created
         assert claim.operation.lease_owner == "owner-a"
-        assert len(_writer_threads()) == before, "answered on the caller's thread"
-        assert (await ledger.claim(_intent("b"))).created  # a new key still takes the write path
+
+
+async def test_a_peek_reads_a_taken_key_without_the_writers_thread(tmp_path: Path) -> None:
+    async with _ledger(tmp_path) as ledger:
+        assert (await ledger.claim(_intent("a"))).created
+        await ledger.close()
+        await asyncio.to_thread(lambda: [t.join(5) for t in _writer_threads()])
+        before = len(_writer_threads())
+        row = ledger.peek("default", "a")
+        assert row is not None
+        assert row.lease_owner == "owner-a"
+        assert ledger.peek("default", "b") is None
+        assert len(_writer_threads()) == before, "read on the caller's thread"
+        assert (await ledger.claim(_intent("b"))).created  # a claim takes the write path
         assert len(_writer_threads()) == before + 1
 
 

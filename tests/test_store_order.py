@@ -2,7 +2,8 @@
 
 The policy alone (`StoreOrder`), then the guard on PostgreSQL + Redis: a tool of first
 executions stops touching Redis, repeats bring Redis back, the two orders meeting on one key
-still execute it once, and a restored ledger sends every call to Redis first.
+still execute it once, and a restored ledger sends every call to Redis first. On the embedded
+ledger, the read before the claim follows the same share.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import time
 from collections import Counter
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 import asyncpg
@@ -48,17 +50,17 @@ def test_first_executions_turn_to_the_ledger_and_repeats_turn_back_to_redis() ->
     share = ORDER.start
     for _ in range(UNTIL_LEDGER_FIRST - 1):
         share = ORDER.after(share, repeat=False)
-    assert ORDER.redis_first(share)
+    assert ORDER.asks_first(share)
     share = ORDER.after(share, repeat=False)
-    assert not ORDER.redis_first(share)
+    assert not ORDER.asks_first(share)
     for _ in range(200):
         share = ORDER.after(share, repeat=False)
     turned = 0
-    while not ORDER.redis_first(share):
+    while not ORDER.asks_first(share):
         share = ORDER.after(share, repeat=True)
         turned += 1
     assert 1 < turned <= 10  # a burst of retries turns a quiet tool back within ten calls
-    assert all(StoreOrder(threshold=0).redis_first(s) for s in (0.0, 0.5, 1.0))
+    assert all(StoreOrder(threshold=0).asks_first(s) for s in (0.0, 0.5, 1.0))
 
 
 @pytest.fixture
@@ -175,6 +177,41 @@ def _asks_redis_first(ws: WriteSafe, tool: str) -> bool:
     """Whether the next call of `tool` (one string argument) would ask Redis first."""
     call = ws._tools[tool].prepare(("x",), {}, "probe", DEFAULT_SCOPE, None)
     return ws._guard._asks_redis_first(call)
+
+
+def _peeks_first(ws: WriteSafe, tool: str) -> bool:
+    """Whether the next call of `tool` (one argument) would read the embedded ledger first."""
+    call = ws._tools[tool].prepare((0,), {}, "probe", DEFAULT_SCOPE, None)
+    return ws._guard._peeks_first(call)
+
+
+async def test_the_embedded_ledger_reads_before_its_claim_only_while_repeats_are_common(
+    tmp_path: Path,
+) -> None:
+    """Without Redis, the embedded ledger's read on the calling thread follows the same share:
+    a tool of first executions claims its new keys without reading them first, and repeats
+    (answered by the claim's write meanwhile) bring the read back. Each key runs once."""
+    ran: Counter[int] = Counter()
+    async with WriteSafe(f"sqlite+aiosqlite:///{tmp_path / 'ledger.db'}") as ws:
+
+        @ws.tool("submit")
+        async def submit(n: int) -> int:
+            ran[n] += 1
+            return n
+
+        assert _peeks_first(ws, "submit")
+        firsts = UNTIL_LEDGER_FIRST + 20
+        for n in range(firsts):
+            assert await submit(n, idempotency_key=f"k-{n}") == n
+            assert _peeks_first(ws, "submit") == (n < UNTIL_LEDGER_FIRST - 1)
+        turned = 0
+        while not _peeks_first(ws, "submit"):
+            assert await submit(turned, idempotency_key=f"k-{turned}") == turned
+            turned += 1
+        assert 1 < turned <= 10
+        assert await submit(0, idempotency_key="k-0") == 0  # a repeat read before its claim
+    assert sum(ran.values()) == firsts
+    assert set(ran.values()) == {1}
 
 
 async def test_a_restored_ledger_sends_every_call_to_redis_first(
