@@ -204,13 +204,23 @@ async def test_the_embedded_ledger_reads_before_its_claim_only_while_repeats_are
         for n in range(firsts):
             assert await submit(n, idempotency_key=f"k-{n}") == n
             assert _peeks_first(ws, "submit") == (n < UNTIL_LEDGER_FIRST - 1)
+        # The statements on the calling thread's connection (the peeks, and outcomes written
+        # there while calls come one at a time): no read of a new key once the share is low.
+        statements: list[str] = []
+        for connection in ws._guard.ledger.writer._here:
+            connection.set_trace_callback(statements.append)
+        assert await submit(firsts, idempotency_key=f"k-{firsts}") == firsts
+        assert statements, "the outcome was written on the calling thread"
+        assert not [s for s in statements if s.lstrip().startswith("SELECT")]
         turned = 0
         while not _peeks_first(ws, "submit"):
             assert await submit(turned, idempotency_key=f"k-{turned}") == turned
             turned += 1
         assert 1 < turned <= 10
+        statements.clear()
         assert await submit(0, idempotency_key="k-0") == 0  # a repeat read before its claim
-    assert sum(ran.values()) == firsts
+        assert [s for s in statements if s.lstrip().startswith("SELECT")], "peeked"
+    assert sum(ran.values()) == firsts + 1
     assert set(ran.values()) == {1}
 
 
