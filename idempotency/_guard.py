@@ -258,9 +258,7 @@ class Guard:
                 self._note(call, repeat=True)
                 return Look(owner, store, self._replay_cached(call, store.outcome))
             return Look(owner, store)
-        if not self._peeks_first(call):
-            return None
-        row = self.ledger.peek(call.scope, call.key)
+        row = self._peeked(call)
         if row is None:
             return None
         action = decide_row(row, created=False, owner=owner, fingerprint=call.fingerprint)
@@ -283,13 +281,10 @@ class Guard:
         and, beside the writer's busy thread, the GIL's hand-offs (docs/performance.md)."""
         return self.ledger.reads_locally and self.settings.store_order.asks_first(self._share(call))
 
-    def _peeked(self, call: GuardedCall) -> Claim | None:
+    def _peeked(self, call: GuardedCall) -> OperationRecord | None:
         """The row holding the call's key as the embedded ledger last committed it, read on this
         thread without a write, where the call peeks first; None: the claim's write decides."""
-        if not self._peeks_first(call):
-            return None
-        row = self.ledger.peek(call.scope, call.key)
-        return None if row is None else Claim(row, created=False)
+        return self.ledger.peek(call.scope, call.key) if self._peeks_first(call) else None
 
     def _note(self, call: GuardedCall, *, repeat: bool) -> None:
         """Count the call into its tool's share of repeats: it found its key known, or new."""
@@ -388,8 +383,10 @@ class Guard:
             holds_store_lease = store.state is LeaseState.ACQUIRED
         try:
             leased_at = time.monotonic()  # the claim sets the lease no earlier than this
-            claim = None if redis_first else self._peeked(call)
-            if claim is None:
+            peeked = None if redis_first else self._peeked(call)
+            if peeked is not None:
+                claim = Claim(peeked, created=False)
+            else:
                 claim = await self._claim(call, owner)
             if first_look:
                 self._note(call, repeat=not claim.created)
