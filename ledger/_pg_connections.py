@@ -1,4 +1,4 @@
-"""The connections of the PostgreSQL writer: an idle list, a queue of waiters and two timers.
+"""The connections of the PostgreSQL writer: an idle list, a queue of waiters and three timers.
 
 asyncpg's pool hands a connection back through `asyncio.shield`, which costs a task and a loop
 iteration on every release (about 60 µs of CPU per statement here, a tenth of a guarded call).
@@ -10,7 +10,11 @@ that a burst does not hold the shared server's connections for good. A caller wa
 connection waits in turn, handed its slot by the release before it; the waits share one timer,
 since each ends `wait_seconds` after it began and the first to begin is the first to end (a
 timer per wait, as `asyncio.timeout` sets, was 6 % of a first execution's instructions while
-the pool was busy).
+the pool was busy). A connection is lent for one statement, and the statements' deadlines share
+one timer the same way: the driver's own `command_timeout` arms a timer per statement, 4 % of a
+first execution's instructions (docs/performance.md). A statement lent past its deadline is
+cancelled as `asyncio.timeout` cancels it (its task is cancelled; the driver asks the server to
+stop the query) and raised as `TimeoutError`, as the driver's own timeout was.
 """
 
 from __future__ import annotations
@@ -38,14 +42,22 @@ _BROKEN: tuple[type[BaseException], ...] = (
 )
 
 
+# A connection lent for a statement: until when (the loop's time), to which task, and how many
+# cancellations that task had been asked for already (an `asyncio.timeout`'s bookkeeping). A
+# tuple: one is made per statement.
+_Lent = tuple[float, asyncio.Task[Any], int]
+
+
 class ConnectionPool:
     """At most `size` asyncpg connections, opened on demand, reused newest first, closed after
-    `idle_seconds` unused; a caller waits up to `wait_seconds` while `size` are in use."""
+    `idle_seconds` unused; a caller waits up to `wait_seconds` while `size` are in use. The
+    `command_timeout` of `connect` bounds each statement, enforced here (see the module)."""
 
     def __init__(
         self, connect: Mapping[str, Any], size: int, idle_seconds: float, wait_seconds: float
     ) -> None:
-        self._connect = dict(connect)
+        self._statement_seconds: float | None = connect.get("command_timeout")
+        self._connect = {**connect, "command_timeout": None}
         self._size, self._idle_seconds, self._wait_seconds = size, idle_seconds, wait_seconds
         self._in_use = 0  # slots taken, including those handed to a waiter not yet resumed
         self._waiters: deque[tuple[float, asyncio.Future[None]]] = deque()  # (deadline, it)
@@ -53,21 +65,31 @@ class ConnectionPool:
         self._idle: list[tuple[float, asyncpg.Connection]] = []  # (when it was last used, it)
         self._timer: asyncio.TimerHandle | None = None
         self._closing: set[asyncio.Task[None]] = set()
+        self._lent: dict[asyncpg.Connection, _Lent] = {}  # in the order lent: by deadline
+        self._overdue: dict[asyncpg.Connection, _Lent] = {}  # their statements being cancelled
+        self._deadline: asyncio.TimerHandle | None = None  # at the first lent one's deadline
 
     async def acquire(self) -> asyncpg.Connection:
-        """An idle connection, or a new one; wait while `size` are in use."""
+        """An idle connection, or a new one, lent for one statement from now; wait while `size`
+        are in use."""
         if self._in_use < self._size:  # taken without suspending
             self._in_use += 1
         else:
             await self._wait_for_slot()
         try:
-            return self._idle.pop()[1] if self._idle else await asyncpg.connect(**self._connect)
+            connection = (
+                self._idle.pop()[1] if self._idle else await asyncpg.connect(**self._connect)
+            )
         except BaseException:
             self._free_slot()
             raise
+        if self._statement_seconds is not None:
+            self._lend(connection, self._statement_seconds)
+        return connection
 
     def release(self, connection: asyncpg.Connection) -> None:
         """Return a connection whose statement completed."""
+        self._lent.pop(connection, None)
         if not connection.is_closed():
             loop = asyncio.get_running_loop()
             self._idle.append((loop.time(), connection))
@@ -75,18 +97,27 @@ class ConnectionPool:
                 self._timer = loop.call_later(self._idle_seconds, self._close_unused)
         self._free_slot()
 
-    def discard(self, connection: asyncpg.Connection, error: BaseException) -> None:
-        """Close a connection whose statement failed or was cancelled: its state is unknown."""
+    def discard(self, connection: asyncpg.Connection, error: BaseException) -> TimeoutError | None:
+        """Close a connection whose statement failed or was cancelled: its state is unknown.
+        Returns the `TimeoutError` to raise instead of `error` when this pool cancelled the
+        statement at its deadline (and its task is not being cancelled from elsewhere too)."""
+        self._lent.pop(connection, None)
+        overdue = self._overdue.pop(connection, None)
         connection.terminate()
         if isinstance(error, _BROKEN):
             self._terminate_idle()
         self._free_slot()
+        if overdue is not None and isinstance(error, asyncio.CancelledError):
+            _, task, cancelling = overdue
+            if task.uncancel() <= cancelling:
+                return TimeoutError(f"the statement ran past {self._statement_seconds:g}s")
+        return None
 
     async def close(self) -> None:
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
-        # The expiry timer stays while callers wait: their waits still run out.
+        # The expiry and deadline timers stay while callers wait: their waits still run out.
         idle, self._idle = self._idle, []
         closing = [connection.close() for _, connection in idle]
         await asyncio.gather(*closing, *self._closing, return_exceptions=True)
@@ -134,6 +165,29 @@ class ConnectionPool:
                 waiter.set_exception(TimeoutError())
         if waiters:
             self._expiry = loop.call_at(waiters[0][0], self._expire_waits)
+
+    def _lend(self, connection: asyncpg.Connection, seconds: float) -> None:
+        task = asyncio.current_task()
+        if task is None:  # a statement awaited outside any task cannot be cancelled alone
+            return
+        deadline = task.get_loop().time() + seconds
+        self._lent[connection] = (deadline, task, task.cancelling())
+        if self._deadline is None:
+            self._deadline = task.get_loop().call_at(deadline, self._cancel_overdue)
+
+    def _cancel_overdue(self) -> None:
+        """Cancel the statements lent past their deadline; look again at the next deadline."""
+        self._deadline = None
+        loop = asyncio.get_running_loop()
+        now = loop.time()
+        for connection, lent in list(self._lent.items()):  # at most `size`
+            deadline, task, _ = lent
+            if deadline > now:
+                self._deadline = loop.call_at(deadline, self._cancel_overdue)
+                return
+            del self._lent[connection]
+            self._overdue[connection] = lent
+            task.cancel()
 
     def _close_unused(self) -> None:
         """Close the connections unused for `idle_seconds`; look again when the next one is."""

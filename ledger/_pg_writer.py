@@ -221,8 +221,10 @@ class PostgresWriter:
             try:
                 result = await fetch(connection, statement.sql, *statement.arguments(params))
             except BaseException as error:
-                pool.discard(connection, error)
-                raise
+                timed_out = pool.discard(connection, error)
+                if timed_out is None:
+                    raise
+                raise timed_out from error
         except asyncpg.IntegrityConstraintViolationError as error:
             raise IntegrityError(statement.sql, None, error) from error
         except _DRIVER_ERRORS as error:
