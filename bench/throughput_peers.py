@@ -22,7 +22,7 @@ exactly once per first execution: the calls that raised (`errors`) and the execu
 per answered call (`duplicates`) are counted and printed, and any of either fails the run.
 
 PostgreSQL connections are bounded so that a run holds few on a shared server: writesafe's pool
-is 4 (+4 overflow) per process, the floor's 8, agent-once's store holds one, DBOS's pool 4.
+is 4 per process, the floor's 8, agent-once's store holds one, DBOS's pool 4.
 """
 
 from __future__ import annotations
