@@ -13,8 +13,10 @@ timer per wait, as `asyncio.timeout` sets, was 6 % of a first execution's instru
 the pool was busy). A connection is lent for one statement, and the statements' deadlines share
 one timer the same way: the driver's own `command_timeout` arms a timer per statement, 4 % of a
 first execution's instructions (docs/performance.md). A statement lent past its deadline is
-cancelled as `asyncio.timeout` cancels it (its task is cancelled; the driver asks the server to
-stop the query) and raised as `TimeoutError`, as the driver's own timeout was.
+cancelled as `asyncio.timeout` cancels it (its task is cancelled) and raised as `TimeoutError`,
+as the driver's own timeout was. A cancelled statement's connection is closed once the server
+has been asked to stop the statement, not cut off at once: cut off, the server would go on
+with it.
 """
 
 from __future__ import annotations
@@ -41,6 +43,10 @@ _BROKEN: tuple[type[BaseException], ...] = (
     OSError,
 )
 
+
+# How long a connection being closed may take to have its cancelled statement stopped and to
+# say goodbye to the server before it is cut off (seconds).
+_CLOSE_SECONDS = 2.0
 
 # A connection lent for a statement: until when (the loop's time), to which task, and how many
 # cancellations that task had been asked for already (an `asyncio.timeout`'s bookkeeping). A
@@ -103,7 +109,12 @@ class ConnectionPool:
         statement at its deadline (and its task is not being cancelled from elsewhere too)."""
         self._lent.pop(connection, None)
         overdue = self._overdue.pop(connection, None)
-        connection.terminate()
+        if isinstance(error, asyncio.CancelledError):
+            # The driver is asking the server to stop the statement: cut off now, the server
+            # would go on with it (a statement waiting on a lock waits on, holding its backend).
+            self._close_soon(connection)
+        else:
+            connection.terminate()
         if isinstance(error, _BROKEN):
             self._terminate_idle()
         self._free_slot()
@@ -196,12 +207,16 @@ class ConnectionPool:
         now = loop.time()
         while self._idle and now - self._idle[0][0] >= self._idle_seconds:
             _, connection = self._idle.pop(0)
-            task = loop.create_task(_close(connection))
-            self._closing.add(task)
-            task.add_done_callback(self._closing.discard)
+            self._close_soon(connection)
         if self._idle:
             wait = self._idle[0][0] + self._idle_seconds - now
             self._timer = loop.call_later(wait, self._close_unused)
+
+    def _close_soon(self, connection: asyncpg.Connection) -> None:
+        """Close `connection` politely, behind the caller; `close` waits for it."""
+        task = asyncio.get_running_loop().create_task(_close(connection))
+        self._closing.add(task)
+        task.add_done_callback(self._closing.discard)
 
     def _terminate_idle(self) -> None:
         idle, self._idle = self._idle, []
@@ -210,6 +225,8 @@ class ConnectionPool:
 
 
 async def _close(connection: asyncpg.Connection) -> None:
-    """Close an unused connection politely; one that broke meanwhile is closed already."""
+    """Close a connection politely: its cancelled statement, if any, stopped by the server
+    first (asyncpg waits for that), then a goodbye; one that broke meanwhile is closed already,
+    one that takes longer than `_CLOSE_SECONDS` is cut off."""
     with contextlib.suppress(Exception):
-        await connection.close()
+        await connection.close(timeout=_CLOSE_SECONDS)

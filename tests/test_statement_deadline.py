@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import AsyncIterator
+from dataclasses import dataclass
 
 import asyncpg
 import pytest
@@ -30,24 +31,36 @@ async def writer(pg_schema: str) -> AsyncIterator[PostgresWriter]:
     await writer.close()
 
 
+@dataclass(frozen=True)
+class Locked:
+    """Another session's transaction holding the operations table: every statement on it waits
+    until `transaction` is rolled back."""
+
+    connection: asyncpg.Connection
+    transaction: Transaction
+    table: str
+
+    async def waiting(self) -> int:
+        """How many sessions wait for the table."""
+        query = "SELECT count(*) FROM pg_locks WHERE NOT granted AND relation = $1::regclass"
+        return int(await self.connection.fetchval(query, self.table))
+
+
 @pytest.fixture
-async def locked(pg_schema: str) -> AsyncIterator[Transaction]:
-    """The operations table locked by another session's transaction (rolling it back unlocks
-    it): every statement on the table waits."""
+async def locked(pg_schema: str) -> AsyncIterator[Locked]:
     connection = await asyncpg.connect(asyncpg_dsn())
+    table = f'"{pg_schema}".writesafe_operations'
     try:
         transaction = connection.transaction()
         await transaction.start()
-        await connection.execute(
-            f'LOCK TABLE "{pg_schema}".writesafe_operations IN ACCESS EXCLUSIVE MODE'
-        )
-        yield transaction
+        await connection.execute(f"LOCK TABLE {table} IN ACCESS EXCLUSIVE MODE")
+        yield Locked(connection, transaction, table)
     finally:
         await connection.close()  # ends the transaction, if the test has not
 
 
-async def test_a_statement_past_its_deadline_raises_a_timeout_and_gives_its_slot_back(
-    writer: PostgresWriter, locked: Transaction
+async def test_a_statement_past_its_deadline_is_stopped_raises_a_timeout_and_gives_its_slot_back(
+    writer: PostgresWriter, locked: Locked
 ) -> None:
     started = time.monotonic()
     with pytest.raises(TimeoutError, match=r"ran past 0\.3s"):
@@ -57,13 +70,16 @@ async def test_a_statement_past_its_deadline_raises_a_timeout_and_gives_its_slot
     task = asyncio.current_task()
     assert task is not None
     assert task.cancelling() == 0  # the deadline's cancel is taken back
-    await locked.rollback()  # the lock is gone: the one slot serves the next statement
+    async with asyncio.timeout(3):  # the server was asked to stop the statement
+        while await locked.waiting():  # noqa: ASYNC110 (the server)
+            await asyncio.sleep(0.05)
+    await locked.transaction.rollback()  # the lock is gone: the slot serves the next statement
     async with asyncio.timeout(5):
         assert await writer.fetch("default", "k") is None
 
 
 async def test_a_caller_cancelled_as_its_statement_runs_out_is_cancelled_not_timed_out(
-    writer: PostgresWriter, locked: Transaction
+    writer: PostgresWriter, locked: Locked
 ) -> None:
     fetching = asyncio.create_task(writer.fetch("default", "k"))
     await asyncio.sleep(0.05)  # the statement is lent, and waits on the lock
