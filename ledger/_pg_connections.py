@@ -110,14 +110,16 @@ class ConnectionPool:
         self._lent.pop(connection, None)
         overdue = self._overdue.pop(connection, None)
         if isinstance(error, asyncio.CancelledError):
-            # The driver is asking the server to stop the statement: cut off now, the server
-            # would go on with it (a statement waiting on a lock waits on, holding its backend).
-            self._close_soon(connection)
+            # The driver is asking the server to stop the statement. Cut off at once, the
+            # connection would drop that request, and the server would go on with the statement
+            # (one waiting on a lock waits on, holding its backend). The connection keeps its
+            # slot until it is closed: the budget counts it while it is open.
+            self._close_soon(connection).add_done_callback(lambda _: self._free_slot())
         else:
             connection.terminate()
-        if isinstance(error, _BROKEN):
-            self._terminate_idle()
-        self._free_slot()
+            if isinstance(error, _BROKEN):
+                self._terminate_idle()
+            self._free_slot()
         if overdue is not None and isinstance(error, asyncio.CancelledError):
             _, task, cancelling = overdue
             if task.uncancel() <= cancelling:
@@ -128,7 +130,7 @@ class ConnectionPool:
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
-        # The expiry and deadline timers stay while callers wait: their waits still run out.
+        # The expiry and deadline timers stay: waits still run out, statements keep their bound.
         idle, self._idle = self._idle, []
         closing = [connection.close() for _, connection in idle]
         await asyncio.gather(*closing, *self._closing, return_exceptions=True)
@@ -212,11 +214,12 @@ class ConnectionPool:
             wait = self._idle[0][0] + self._idle_seconds - now
             self._timer = loop.call_later(wait, self._close_unused)
 
-    def _close_soon(self, connection: asyncpg.Connection) -> None:
+    def _close_soon(self, connection: asyncpg.Connection) -> asyncio.Task[None]:
         """Close `connection` politely, behind the caller; `close` waits for it."""
         task = asyncio.get_running_loop().create_task(_close(connection))
         self._closing.add(task)
         task.add_done_callback(self._closing.discard)
+        return task
 
     def _terminate_idle(self) -> None:
         idle, self._idle = self._idle, []
