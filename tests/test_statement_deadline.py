@@ -1,5 +1,5 @@
-"""The PostgreSQL writer bounds each statement: one that runs past its deadline is cancelled and
-raised as a `TimeoutError`, and its caller's own cancellation is never taken for it."""
+"""The PostgreSQL writer bounds each statement: one that runs past its deadline is stopped in the
+server and raised as a `TimeoutError`, and its caller's own cancellation is never taken for it."""
 
 from __future__ import annotations
 
