@@ -109,18 +109,18 @@ class ConnectionPool:
         statement at its deadline (and its task is not being cancelled from elsewhere too)."""
         self._lent.pop(connection, None)
         overdue = self._overdue.pop(connection, None)
-        if isinstance(error, asyncio.CancelledError):
-            # The driver is asking the server to stop the statement. Cut off at once, the
-            # connection would drop that request, and the server would go on with the statement
-            # (one waiting on a lock waits on, holding its backend). The connection keeps its
-            # slot until it is closed: the budget counts it while it is open.
-            self._close_soon(connection).add_done_callback(lambda _: self._free_slot())
-        else:
+        if not isinstance(error, asyncio.CancelledError):
             connection.terminate()
             if isinstance(error, _BROKEN):
                 self._terminate_idle()
             self._free_slot()
-        if overdue is not None and isinstance(error, asyncio.CancelledError):
+            return None
+        # The driver is asking the server to stop the statement. Cut off at once, the connection
+        # would drop that request, and the server would go on with the statement (one waiting
+        # on a lock waits on, holding its backend). The connection keeps its slot until it is
+        # closed: the budget counts it while it is open.
+        self._close_soon(connection).add_done_callback(lambda _: self._free_slot())
+        if overdue is not None:
             _, task, cancelling = overdue
             if task.uncancel() <= cancelling:
                 return TimeoutError(f"the statement ran past {self._statement_seconds:g}s")
@@ -183,10 +183,11 @@ class ConnectionPool:
         task = asyncio.current_task()
         if task is None:  # a statement awaited outside any task cannot be cancelled alone
             return
-        deadline = task.get_loop().time() + seconds
+        loop = task.get_loop()
+        deadline = loop.time() + seconds
         self._lent[connection] = (deadline, task, task.cancelling())
         if self._deadline is None:
-            self._deadline = task.get_loop().call_at(deadline, self._cancel_overdue)
+            self._deadline = loop.call_at(deadline, self._cancel_overdue)
 
     def _cancel_overdue(self) -> None:
         """Cancel the statements lent past their deadline; look again at the next deadline."""
