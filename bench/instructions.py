@@ -25,33 +25,30 @@ import shutil
 import subprocess
 import sys
 
-from bench._floors import postgres_floor
-from bench._setup import PG_URL, create_postgres_floor, isolated
-from bench.guard import ORDER
-from bench.throughput_peers import FLOOR_POOL, POOL_SIZE, counted_write
-from writesafe import WriteSafe
-from writesafe.idempotency import WriteSafeSettings
+from bench._setup import PG_URL, REDIS_URL, isolated
+from bench.throughput_peers import FLOORS, Job, open_system, prepare_stores
 
-SYSTEMS = ("floor: pg 2 committed INSERTs", "writesafe pg")
+SYSTEMS = (FLOORS["pg"], "writesafe pg")
 START_CALLS = 200  # the shorter run: what both runs share besides the calls measured
 
 
 async def _child(system: str, calls: int, in_flight: int) -> None:
-    """`calls` first executions of `system`, `in_flight` at a time: the run callgrind counts."""
+    """`calls` first executions of `system`, `in_flight` at a time: the run callgrind counts.
+    Each run makes stores of its own: a key an earlier run made would be a replay here."""
     async with isolated("instructions") as stores:
-        if system == SYSTEMS[0]:
-            await create_postgres_floor(PG_URL, stores.schema)
-            call, close = await postgres_floor(PG_URL, stores.schema, FLOOR_POOL)
-        else:
-            settings = WriteSafeSettings(pool_size=POOL_SIZE)
-            ws = WriteSafe(PG_URL, schema=stores.schema, settings=settings, auto_migrate=True)
-            tool = ws.tool("bench_submit")(counted_write)
-            await ws.start()
-
-            async def call(key: str) -> None:
-                await tool.key(key)(ORDER)
-
-            close = ws.close
+        await prepare_stores(PG_URL, stores.schema, stores.workdir, [system])
+        job = Job(
+            system,
+            PG_URL,
+            REDIS_URL,
+            stores.schema,
+            stores.redis_prefix,
+            str(stores.workdir),
+            "instructions",
+            in_flight,
+            0.0,
+        )
+        call, close = await open_system(system)(job)
         keys = itertools.count()
 
         async def caller(count: int) -> None:

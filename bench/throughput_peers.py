@@ -183,7 +183,10 @@ async def _floor(job: Job) -> tuple[Call, Callable[[], Awaitable[None]]]:
     return await postgres_floor(job.database_url, job.schema, min(job.callers, FLOOR_POOL))
 
 
-def _opener(system: str) -> Callable[[Job], Awaitable[tuple[Call, Callable[[], Awaitable[None]]]]]:
+def open_system(
+    system: str,
+) -> Callable[[Job], Awaitable[tuple[Call, Callable[[], Awaitable[None]]]]]:
+    """How `system` is opened on a job's stores (made by `prepare_stores`): its call and close."""
     if system in WRITESAFE:
         return _writesafe
     if system.startswith("agent-once"):
@@ -194,7 +197,7 @@ def _opener(system: str) -> Callable[[Job], Awaitable[tuple[Call, Callable[[], A
 
 
 async def _child(job: Job, barrier: Barrier) -> Tally:
-    call, close = await _opener(job.system)(job)
+    call, close = await open_system(job.system)(job)
     try:
         await call(f"{job.tag}-warm")
         executed_before = _executed
@@ -260,22 +263,25 @@ def _systems() -> list[str]:
     return [*WRITESAFE, *peers, *FLOORS.values()]
 
 
-async def _prepare(
-    args: argparse.Namespace, schema: str, workdir: Path, systems: list[str]
-) -> None:
-    """Create every store once, before the processes that share it start."""
-    ws = WriteSafe(args.database_url, schema=schema, auto_migrate=True)
-    await ws.start()
-    await ws.close()
-    lite = WriteSafe(f"sqlite+aiosqlite:///{workdir}/writesafe.db")
-    await lite.start()
-    await lite.close()
+async def prepare_stores(database_url: str, schema: str, workdir: Path, systems: list[str]) -> None:
+    """Create the stores of `systems` once, before the processes that share them start."""
+    ledgers = {WRITESAFE[system] for system in systems if system in WRITESAFE}
+    if "pg" in ledgers:  # writesafe pg and pg+redis share the schema's ledger
+        ws = WriteSafe(database_url, schema=schema, auto_migrate=True)
+        await ws.start()
+        await ws.close()
+    if "sqlite" in ledgers:
+        lite = WriteSafe(f"sqlite+aiosqlite:///{workdir}/writesafe.db")
+        await lite.start()
+        await lite.close()
     for system in systems:
         if system.startswith("agent-once"):
-            job = Job(system, args.database_url, "", schema, "", str(workdir), "", 1, 0.0)
+            job = Job(system, database_url, "", schema, "", str(workdir), "", 1, 0.0)
             _once_store(system, job).close()  # creates its table or file
-    await create_sqlite_floor(workdir / "floor.db")
-    await create_postgres_floor(args.database_url, schema)
+    if FLOORS["sqlite"] in systems:
+        await create_sqlite_floor(workdir / "floor.db")
+    if FLOORS["pg"] in systems:
+        await create_postgres_floor(database_url, schema)
 
 
 async def run(args: argparse.Namespace) -> dict[str, Any]:
@@ -286,7 +292,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     systems = _systems()
     samples: dict[tuple[str, str], list[dict[str, float]]] = {}
     async with isolated("peers_tp", args.database_url, args.redis_url) as iso:
-        await _prepare(args, iso.schema, iso.workdir, systems)
+        await prepare_stores(args.database_url, iso.schema, iso.workdir, systems)
         for round_number in range(args.rounds):
             order = systems if round_number % 2 == 0 else systems[::-1]
             for processes, callers in LAYOUTS:
