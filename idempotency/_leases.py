@@ -88,8 +88,13 @@ class LeaseKeeper:
                 await task
 
     async def _renew_while_held(self) -> None:
-        while self._held:
+        # Asked after each wait, not before: a write that ends before the task's first step (one
+        # that never suspends, as an embedded outcome committed on the caller's thread) would
+        # otherwise end the task at once, and the next write start another: a task per write.
+        while True:
             await asyncio.sleep(self._lease_seconds / 3)
+            if not self._held:
+                return
             await self._renew(list(self._held.values()))
 
     async def _renew(self, leases: list[HeldLease]) -> None:

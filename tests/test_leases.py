@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Coroutine
+from typing import Any
 
 from tests.conftest import MakeWriteSafe
 from writesafe.idempotency._fence import Fence
@@ -63,6 +65,39 @@ async def test_the_renewing_task_ends_when_no_lease_is_held(make_ws: MakeWriteSa
     keeper.release(lease)
     await asyncio.wait_for(task, LEASE)  # it notices at its next tick and returns
     await keeper.close()
+
+
+async def test_writes_one_after_another_share_one_renewing_task(make_ws: MakeWriteSafe) -> None:
+    """A write that ends before the renewing task's first step (the embedded outcome, committed
+    on the caller's thread without suspending) leaves the task to the next write: one task for
+    the run, not one per write. Counted through the event loop's task factory."""
+    ws = make_ws(lease_seconds=60.0)  # a tick (20 s) longer than the test
+    await ws.start()
+
+    @ws.tool("submit")
+    async def submit(n: int) -> int:
+        return n
+
+    loop = asyncio.get_running_loop()
+    renewing: list[asyncio.Task[Any]] = []
+
+    def factory(
+        loop: asyncio.AbstractEventLoop, coro: Coroutine[Any, Any, Any], **options: Any
+    ) -> asyncio.Task[Any]:
+        task = asyncio.Task(coro, loop=loop, **options)
+        if coro.__qualname__ == LeaseKeeper._renew_while_held.__qualname__:
+            renewing.append(task)
+        return task
+
+    loop.set_task_factory(factory)
+    try:
+        for n in range(20):
+            assert await submit.key(f"k-{n}")(n) == n
+    finally:
+        loop.set_task_factory(None)
+    assert len(renewing) == 1
+    await ws.close()
+    assert renewing[0].done()  # closing the guard ends it
 
 
 def _intent(key: str, owner: str) -> Intent:
