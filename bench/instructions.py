@@ -10,9 +10,11 @@ runs in a child under callgrind twice, 200 calls and 200 + `--calls`; the differ
 `--calls` is its instructions per call, start-up and shutdown cancelled out. Systems:
 writesafe on PostgreSQL and the floor (`bench/_floors.py`: the two committed INSERTs a first
 execution needs, on raw asyncpg), with the pools of `bench.throughput --peers` (4 and 8
-connections). Printed: each one's instructions per call and writesafe's ratio to the floor. Only
-user space is counted: the kernel's share (sends, epoll) is in neither. A change of our own to
-the hot path is judged by running it at both commits. Needs valgrind.
+connections), and writesafe on PostgreSQL with Redis, whose first executions should cost what
+PostgreSQL's alone do (issue 30, item 5: a tool of first executions asks the ledger first and
+leaves Redis alone). Printed: each one's instructions per call, writesafe's ratios to the floor,
+and pg+redis ÷ pg. Only user space is counted: the kernel's share (sends, epoll) is in none. A
+change of our own to the hot path is judged by running it at both commits. Needs valgrind.
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ import sys
 from bench._setup import PG_URL, REDIS_URL, isolated
 from bench.throughput_peers import FLOORS, Job, open_system, prepare_stores
 
-SYSTEMS = (FLOORS["pg"], "writesafe pg")
+SYSTEMS = (FLOORS["pg"], "writesafe pg", "writesafe pg+redis")
 START_CALLS = 200  # the shorter run: what both runs share besides the calls measured
 
 
@@ -88,8 +90,10 @@ def main() -> None:
         long = _counted(system, START_CALLS + args.calls, args.in_flight)
         per_call[system] = (long - short) / args.calls
         print(f"{system}: {per_call[system] / 1000:,.0f}k instructions per call")
-    ratio = per_call[SYSTEMS[1]] / per_call[SYSTEMS[0]]
-    print(f"writesafe pg ÷ floor: {ratio:.2f}")
+    floor, pg, with_redis = (per_call[system] for system in SYSTEMS)
+    print(f"writesafe pg ÷ floor: {pg / floor:.2f}")
+    print(f"writesafe pg+redis ÷ floor: {with_redis / floor:.2f}")
+    print(f"writesafe pg+redis ÷ writesafe pg: {with_redis / pg:.3f}")
 
 
 if __name__ == "__main__":
