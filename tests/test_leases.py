@@ -89,12 +89,13 @@ async def test_writes_one_after_another_share_one_renewing_task(make_ws: MakeWri
             renewing.append(task)
         return task
 
+    previous = loop.get_task_factory()
     loop.set_task_factory(factory)
     try:
         for n in range(20):
             assert await submit.key(f"k-{n}")(n) == n
     finally:
-        loop.set_task_factory(None)
+        loop.set_task_factory(previous)
     assert len(renewing) == 1
     await ws.close()
     assert renewing[0].done()  # closing the guard ends it

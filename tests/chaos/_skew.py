@@ -30,13 +30,25 @@ class FaketimeMissing(RuntimeError):
     """Clock skew was asked for and libfaketime is not installed."""
 
 
-def libfaketime() -> str:
+def _installed_library() -> str | None:
     for pattern in LIBRARY_GLOBS:
         found = sorted(glob.glob(pattern))
         if found:
             return found[0]
-    hint = "" if shutil.which("apt-get") is None else " (apt-get install -y faketime)"
-    raise FaketimeMissing(f"clock skew needs libfaketime{hint}; or run with --skew 0")
+    return None
+
+
+def faketime_installed() -> bool:
+    """Whether a run can skew its processes' clocks (the tests skip a skewed run otherwise)."""
+    return _installed_library() is not None
+
+
+def libfaketime() -> str:
+    library = _installed_library()
+    if library is None:
+        hint = "" if shutil.which("apt-get") is None else " (apt-get install -y faketime)"
+        raise FaketimeMissing(f"clock skew needs libfaketime{hint}; or run with --skew 0")
+    return library
 
 
 def skewed(env: dict[str, str], seconds: float) -> dict[str, str]:

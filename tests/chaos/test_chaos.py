@@ -13,7 +13,7 @@ import pytest
 from tests.chaos._checker import VIOLATIONS, LedgerRow, check
 from tests.chaos._harness import run_chaos
 from tests.chaos._plan import DriverFault, Fault, Plan
-from tests.chaos._skew import _STATE, sweep_stale_state
+from tests.chaos._skew import _STATE, faketime_installed, sweep_stale_state
 from tests.pgbouncer import available
 from writesafe import Status
 
@@ -28,11 +28,18 @@ ORDERS = 40
 # leaves it to the next, in whichever process.
 SHORT_RUN_WEIGHTS = {f: 0.44 if f is Fault.OK else 0.08 for f in Fault}
 STALL_RATE = 0.14
+# The runs skew the workers' and reconcilers' clocks: without libfaketime they are skipped, as
+# the other skewed tests are, rather than failed.
+needs_faketime = pytest.mark.skipif(
+    not faketime_installed(),
+    reason="needs libfaketime: apt-get install faketime (.ci/run installs it)",
+)
 
 
 @pytest.mark.slow
 @pytest.mark.postgres
 @pytest.mark.pg_connections(30)  # 3 workers, 2 reconcilers and the driver: 27 seen at peak
+@needs_faketime
 def test_a_short_chaos_run_keeps_every_invariant() -> None:
     plan = Plan(seed=SEED, weights=SHORT_RUN_WEIGHTS, stall_rate=STALL_RATE)
     report = asyncio.run(
@@ -61,6 +68,7 @@ POOLED_ORDERS = 24
 @pytest.mark.postgres
 @pytest.mark.pg_connections(12)  # the pooler's 8 server connections, the driver and the checks
 @pytest.mark.skipif(not available(), reason="pgbouncer is not installed (.ci/run installs it)")
+@needs_faketime
 def test_a_short_chaos_run_through_a_transaction_pooler_keeps_every_invariant() -> None:
     """The same faults with every ledger connection of the workers and reconcilers going through
     PgBouncer in transaction mode (shorter: the long run above covers every fault kind)."""
