@@ -3,8 +3,9 @@
 A lease per write renewed by a task per write costs a task on every call and a transaction per
 write every `lease/3`, which caps a process at a few hundred concurrent long writes. Instead the
 guard registers each running write here; one task renews every registered lease with one ledger
-statement (and one Redis pipeline) per tick, and exits when no write is running. Each confirmed
-renewal moves the write's send-time fence on; a refused one closes it, which ends the write.
+statement (and one Redis pipeline) per tick, and exits at a tick that finds no write running.
+Each confirmed renewal moves the write's send-time fence on; a refused one closes it, which ends
+the write.
 """
 
 from __future__ import annotations
