@@ -164,6 +164,8 @@ class Guard:
             every=settings.restore_check_seconds,
         )
         self._start_loop_state()
+        # One guarded call running on the loop: the embedded writer may commit its intent there.
+        ledger.serve_async_callers(lambda: len(self._local) <= 1)
 
     def _start_loop_state(self) -> None:
         """What the guard keeps of the calls running on the current event loop."""

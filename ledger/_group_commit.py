@@ -5,9 +5,9 @@ seven times the rate of eight transactions (docs/performance.md). So the callers
 writer queue their writes here, and the first of them into an empty queue posts one drain to the
 writer's thread; when the thread reaches it, it takes every write queued by then and commits them
 together. A lone caller's write is taken at once: nothing ever waits for a group to fill. The
-queue also tells when a write would most likely commit alone (`quiet`), so that one that needs no
-fsync can run on its caller's thread instead, without the two hops, and without taking the lock
-from under a drain about to begin.
+queue also tells when a write would most likely commit alone (`quiet`), so that it can run on its
+caller's thread instead (where `ledger._sqlite_writer` says), without the two hops, and without
+taking the lock from under a drain about to begin.
 """
 
 from __future__ import annotations

@@ -115,6 +115,12 @@ class Ledger(HotPath, Reads, Reconciliation):
         already."""
         self.writer.serve_blocking_callers(alone)
 
+    def serve_async_callers(self, alone: Callable[[], bool]) -> None:
+        """This ledger's guard runs `alone()` one guarded call on its event loop: the embedded
+        writer may then commit that call's intent on the loop's thread while its fsyncs are
+        brief, saving the hops to its own thread and back (`ledger._sqlite_writer`)."""
+        self.writer.serve_async_callers(alone)
+
     async def forget_loop(self) -> None:
         """Drop the connections opened on an event loop this process has left, and open new ones
         on the running loop as needed: asyncio connections, and the pool's queue, belong to the

@@ -167,6 +167,9 @@ class PostgresWriter:
     def serve_blocking_callers(self, alone: Callable[[], bool]) -> None:
         """Nothing to do: each write is a round trip on the loop already."""
 
+    def serve_async_callers(self, alone: Callable[[], bool]) -> None:
+        """Nothing to do: each write is a round trip on the loop already."""
+
     async def change(self, change: Change) -> OperationRecord | None:
         closes = change.closes
         shape = _ChangeShape(

@@ -21,14 +21,25 @@ back (two per write, dearer than the statements of a write that needs no fsync:
 docs/performance.md, "an embedded outcome without the hops"):
 - an outcome (a lazy commit, no fsync) while the writes come one at a time (no drain posted or
   running, and the last one took a lone write: `GroupQueue.quiet`) and the lock is free at once.
-  Writes that come together commit for less in a group. An outcome never checkpoints on a
-  caller's thread: the log's copy into the database, with its fsyncs, is left to a commit that
-  syncs;
+  Writes that come together commit for less in a group;
+- an intent too, while the guard's event loop runs one guarded call alone
+  (`serve_async_callers`), the writes come one at a time, and this process's commits on a
+  caller's thread have synced briefly lately (under `BRIEF_SYNC`): the loop then waits out an
+  fsync no longer than the call's own Python takes, and nothing else of the guard's is waiting.
+  After a slower one, intents keep to the writer's thread for a while. The count of calls comes
+  from the guard, not the queue: a loop blocked by an fsync lets no second call queue, so the
+  queue alone would stay quiet under load and lose group commit;
 - any write, for a writer whose event loop serves only callers that block on it anyway (the sync
   face's loop thread: `serve_blocking_callers`), while the loop serves that one call alone and
   the lock is free at once.
-Neither where another connection took the lock from the writer's thread lately (another process
-writes to the file): there, even a few commits out of turn cost more than the hops save.
+A commit on a caller's thread never checkpoints (the log's copy into the database, with its
+fsyncs, would stall the caller's thread, an event loop's): after `_HERE_COMMITS_PER_CHECKPOINT`
+of them, the next write goes to the writer's thread, whose commits checkpoint as SQLite does, its
+caller awaiting it. A checkpoint posted to that thread instead would run beside the caller's
+next writes, so it would never find the whole log copied, and the log would never start again
+from its beginning: it grew past 180 MB in 3 s of calls, one at a time (docs/performance.md).
+None of them where another connection took the lock from the writer's thread lately (another
+process writes to the file): there, even a few commits out of turn cost more than the hops save.
 Otherwise the write goes to the writer's thread, so that the loop serves its other calls during a
 commit's fsync; so does a write with the lock in the way, to wait there: never on the loop, where
 an engine transaction holding the lock may need to go on.
@@ -87,13 +98,8 @@ from writesafe.ledger._writer import (
 T = TypeVar("T")
 
 _DIALECT = sqlite.dialect(paramstyle="named")
-# What a commit of each kind sets first, durable or lazy, on the writer thread's connection and on
-# a caller's thread (where a lazy commit must not checkpoint: see the module's docstring).
-_WRITER_LEVELS = {True: ("PRAGMA synchronous=FULL",), False: ("PRAGMA synchronous=NORMAL",)}
-_HERE_LEVELS = {
-    True: ("PRAGMA synchronous=FULL", "PRAGMA wal_autocheckpoint=1000"),  # SQLite's default
-    False: ("PRAGMA synchronous=NORMAL", "PRAGMA wal_autocheckpoint=0"),
-}
+# What a commit of each kind, durable or lazy, sets first on a connection last at the other.
+_LEVELS = {True: "PRAGMA synchronous=FULL", False: "PRAGMA synchronous=NORMAL"}
 
 
 def _is_busy(error: BaseException) -> bool:
@@ -138,6 +144,23 @@ def begin_when_free(cursor: sqlite3.Cursor, timeout: float = SQLITE_BUSY_TIMEOUT
 # How long writes keep to the writer's thread after another connection took the lock from it:
 # another process on the file is a standing condition, which a lull of 10 s does not end.
 _SHARED_SECONDS = 10.0
+
+# How long durable writes on a caller's thread may hold it, on average, for intents to go on
+# committing there: about the CPU of a guarded call's own Python (docs/performance.md), so that a
+# loop waiting out an fsync waits about as long as the call takes anyway. The average moves by
+# `_SYNC_WEIGHT` of each write, counted as at most `_LONGEST_COUNTED`: a lone stall of the disk
+# (56 ms once in 2,578 writes here) does not end the path, a disk slower than the bound does,
+# within a dozen writes. Then intents keep to the writer's thread for `_SLOW_SECONDS`, and the
+# first back on the caller's thread ends the path again unless it is brief.
+BRIEF_SYNC = 1e-3
+_SYNC_WEIGHT = 1 / 16
+_LONGEST_COUNTED = 4 * BRIEF_SYNC
+_SLOW_SECONDS = 10.0
+
+# Commits on callers' threads before a write goes to the writer's thread, to checkpoint there: a
+# write adds about 5 pages to the log, so the log stays near SQLite's own bound (1,000 pages),
+# and the hops of 1 write in 100 cost about 1 %.
+_HERE_COMMITS_PER_CHECKPOINT = 100
 
 # Converts a stored value of each operation column back (a datetime's text); most need nothing.
 _READ_OPERATION = {
@@ -215,7 +238,8 @@ class SqliteWriter:
         self.file = file
         self._thread = CallThread("writesafe-sqlite")  # started by a write, ended by close
         self._connection: sqlite3.Connection | None = None  # the writer thread's
-        self._alone: Callable[[], bool] | None = None  # see `serve_blocking_callers`
+        self._blocking_alone: Callable[[], bool] | None = None  # see `serve_blocking_callers`
+        self._calls_alone: Callable[[], bool] | None = None  # see `serve_async_callers`
         # The connections for reads and writes on a caller's thread, which never wait for the
         # lock, not in use, newest last: one per thread using one at once, however many threads
         # come and go (a server's thread per request). A list's pop and append are atomic, so no
@@ -227,6 +251,11 @@ class SqliteWriter:
         # Until when (`time.monotonic`) a write on a caller's thread is not tried: another
         # connection took the lock from the writer's thread lately (see `_begin`).
         self._shared_until = 0.0
+        # How long a durable write on a caller's thread takes, on average, and until when
+        # intents keep to the writer's thread after that average passed `BRIEF_SYNC`.
+        self._durable_seconds = 0.0
+        self._slow_until = 0.0
+        self._here_commits = 0  # since the writer's thread last began a transaction
         # Whether each connection's last commit was durable (see `_begin`).
         self._levels: dict[sqlite3.Connection, bool] = {}
 
@@ -289,7 +318,12 @@ class SqliteWriter:
     def serve_blocking_callers(self, alone: Callable[[], bool]) -> None:
         """Run any write on the event loop's thread while `alone()` (the loop serves only the
         call that writes) and the lock is free at once; see above."""
-        self._alone = alone
+        self._blocking_alone = alone
+
+    def serve_async_callers(self, alone: Callable[[], bool]) -> None:
+        """Run an intent on the event loop's thread while `alone()` (the guard runs one call),
+        the writes come one at a time and commits here have synced briefly; see above."""
+        self._calls_alone = alone
 
     def peek(self, scope: str, key: str) -> OperationRecord | None:
         """The row holding `(scope, key)` as last committed, read on the calling thread, whichever
@@ -317,9 +351,7 @@ class SqliteWriter:
     async def _run(self, write: Callable[[sqlite3.Cursor], T], durable: bool = True) -> T:
         """Run `write` in a transaction of the writer's thread, with the writes queued with it
         (`_commit_group`), or on the caller's thread where the module's docstring says."""
-        if time.monotonic() >= self._shared_until and (
-            (not durable and self._queued.quiet()) or (self._alone is not None and self._alone())
-        ):
+        if self._writes_here(durable):
             done = self._transaction_here(write, durable)
             if done is not None:
                 return done[0]
@@ -328,6 +360,20 @@ class SqliteWriter:
         if self._queued.add(Member(write, durable, loop, future)):
             self._thread.post(self._drain)
         return await future
+
+    def _writes_here(self, durable: bool) -> bool:
+        """Whether a write of this kind runs on the caller's thread now; the module's docstring
+        says when."""
+        now = time.monotonic()
+        if now < self._shared_until or self._here_commits >= _HERE_COMMITS_PER_CHECKPOINT:
+            return False
+        if self._blocking_alone is not None and self._blocking_alone():
+            return True
+        if not self._queued.quiet():
+            return False
+        return not durable or (
+            now >= self._slow_until and self._calls_alone is not None and self._calls_alone()
+        )
 
     def _transaction_here(
         self, write: Callable[[sqlite3.Cursor], T], durable: bool
@@ -355,7 +401,23 @@ class SqliteWriter:
             if _is_busy(error):
                 return None
             raise
-        return (_commit(cursor, write),)
+        started = time.perf_counter()
+        done = (_commit(cursor, write),)
+        if durable:
+            self._time_durable(time.perf_counter() - started)
+        self._here_commits += 1
+        return done
+
+    def _time_durable(self, seconds: float) -> None:
+        """Count a durable write on a caller's thread into the average; past `BRIEF_SYNC`, send
+        intents to the writer's thread for a while, and start the average again at the bound:
+        the next write here ends the path again unless it is brief."""
+        counted = min(seconds, _LONGEST_COUNTED)
+        average = self._durable_seconds + (counted - self._durable_seconds) * _SYNC_WEIGHT
+        if average > BRIEF_SYNC:
+            self._slow_until = time.monotonic() + _SLOW_SECONDS
+            average = BRIEF_SYNC
+        self._durable_seconds = average
 
     def _take_here(self) -> sqlite3.Connection:
         """A connection for the calling thread alone until it is given back (appended to
@@ -367,6 +429,7 @@ class SqliteWriter:
         except IndexError:
             connection = connect_sqlite(self.file, check_same_thread=False)
             connection.execute("PRAGMA busy_timeout=0")
+            connection.execute("PRAGMA wal_autocheckpoint=0")  # the writer's thread does it
             return connection
 
     def _transaction(self, write: Callable[[sqlite3.Cursor], T], durable: bool) -> T:
@@ -445,12 +508,15 @@ class SqliteWriter:
         """BEGIN IMMEDIATE at the safety level asked for, setting it only where the connection
         is at the other one (SQLite refuses to change it inside a transaction): statements
         fewer per commit wherever consecutive commits ask for the same level. The writer's
-        thread waits for a lock that is taken (`begin_when_free`); a caller's thread does not."""
+        thread waits for a lock that is taken (`begin_when_free`); a caller's thread does not.
+        A transaction of the writer's thread checkpoints as it commits, for the commits on
+        callers' threads too: they start counting again."""
         connection = cursor.connection
         writer = connection is self._connection
+        if writer:
+            self._here_commits = 0
         if self._levels.get(connection) != durable:
-            for pragma in (_WRITER_LEVELS if writer else _HERE_LEVELS)[durable]:
-                cursor.execute(pragma)
+            cursor.execute(_LEVELS[durable])
             self._levels[connection] = durable
         try:
             cursor.execute("BEGIN IMMEDIATE")

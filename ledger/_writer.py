@@ -164,6 +164,10 @@ class Writer(Protocol):
         """The event loop serves callers that block on it anyway, `alone()` while it serves one
         (`Ledger.serve_blocking_callers`): a writer may then write on the loop's thread."""
 
+    def serve_async_callers(self, alone: Callable[[], bool]) -> None:
+        """The guard's event loop runs `alone()` one guarded call (`Ledger.serve_async_callers`):
+        a writer may then commit the call's intent on the loop's thread, where that is brief."""
+
     async def claim(self, row: dict[str, Any]) -> Claim | None:
         """Insert `row` as a new operation with its first execution attempt. When `(scope, key)`
         is taken: the row holding it if the writer read it in the same call, else None (the

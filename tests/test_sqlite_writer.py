@@ -18,7 +18,7 @@ from sqlalchemy import func, select
 from sqlalchemy.exc import IntegrityError
 
 from writesafe import WriteSafe
-from writesafe.ledger import ApiKeys, Claim, Intent, Ledger, Outcome, Status
+from writesafe.ledger import ApiKeys, Claim, Intent, Ledger, Outcome, Status, _sqlite_writer
 from writesafe.ledger._hot_path import _operation_values
 from writesafe.ledger._sqlite_writer import SqliteWriter, begin_when_free
 from writesafe.ledger._writer import attempts, operations
@@ -27,6 +27,7 @@ THREAD_PREFIX = "writesafe-sqlite"
 T = TypeVar("T")
 # Far more than a read takes, far less than the busy timeout a read taking the lock would wait.
 READ_SECONDS = 2.0
+HERE_COMMITS_PER_CHECKPOINT = _sqlite_writer._HERE_COMMITS_PER_CHECKPOINT
 
 
 def _writer_threads() -> list[threading.Thread]:
@@ -208,7 +209,8 @@ async def test_an_outcome_with_the_writers_thread_idle_commits_on_the_callers_th
         assert row is not None
         assert row.status is Status.SUCCEEDED
         assert (await ledger.claim(_intent("b"))).created
-        assert len(_writer_threads()) == before + 1, "an intent's fsync is the writer's, always"
+        # No guard said it runs one call at a time: an intent's fsync is the writer's.
+        assert len(_writer_threads()) == before + 1
 
 
 async def test_an_outcome_with_the_lock_in_the_way_waits_on_the_writers_thread(
@@ -353,36 +355,130 @@ def _fill_the_log(raw: sqlite3.Connection) -> None:
     raw.execute("COMMIT")
 
 
-@pytest.mark.parametrize("blocking_callers", [False, True])
-async def test_a_commit_on_the_callers_thread_checkpoints_only_if_it_syncs_anyway(
-    tmp_path: Path, blocking_callers: bool
+async def test_a_durable_commit_on_the_writers_thread_checkpoints_and_none_on_a_callers_does(
+    tmp_path: Path,
 ) -> None:
-    """A checkpoint copies the log into the database and syncs both: never the cost of a lazy
-    commit on the caller's thread (an async caller's event loop would stall for it), which
-    leaves it to the next durable commit. On the writer's thread, or on the loop of a writer
-    serving blocking callers alone (whose every write is on the loop: the log would grow
-    without end if none of them checkpointed), a durable commit checkpoints as SQLite does.
-    A checkpoint grows the database file by the pages it copies in."""
+    """A checkpoint copies the log into the database and syncs both: never a cost on a caller's
+    thread (an async caller's event loop would stall for it), so a commit there leaves it to the
+    writer's thread, whose durable commit checkpoints as SQLite does. A checkpoint grows the
+    database file by the pages it copies in."""
     path = tmp_path / "ledger.db"
-    ledger = Ledger.from_url(f"sqlite+aiosqlite:///{path}")
-    if blocking_callers:
-        ledger.serve_blocking_callers(lambda: True)
-    await ledger.migrate()
-    raw = sqlite3.connect(path, isolation_level=None)
-    try:
-        claim = await _claimed_with_no_writer_thread(ledger, "a")
-        _fill_the_log(raw)
-        size = path.stat().st_size
+    async with _ledger(tmp_path) as ledger:
+        raw = sqlite3.connect(path, isolation_level=None)
+        try:
+            claim = await _claimed_with_no_writer_thread(ledger, "a")
+            _fill_the_log(raw)
+            size = path.stat().st_size
+            before = len(_writer_threads())
+            assert await ledger.finish(claim.operation, "owner-a", Outcome(Status.SUCCEEDED))
+            assert len(_writer_threads()) == before, "the outcome committed on the caller's thread"
+            assert path.stat().st_size == size, "and copied nothing into the database"
+            assert (await ledger.claim(_intent("b"))).created
+            assert len(_writer_threads()) == before + 1
+            assert path.stat().st_size > size, "the durable commit checkpointed"
+        finally:
+            raw.close()
+
+
+@pytest.mark.parametrize("serving", ["blocking callers", "async callers"])
+async def test_writes_on_the_callers_thread_send_one_in_so_many_to_the_writers_to_checkpoint(
+    tmp_path: Path, serving: str
+) -> None:
+    """Where every write may commit on the caller's thread (blocking callers alone, or one
+    guarded call at a time), none of them checkpoints: after `_HERE_COMMITS_PER_CHECKPOINT`,
+    one goes to the writer's thread, whose commit does. Without it the log would grow without
+    end: a checkpoint beside a stream of writes never finds the whole log copied."""
+    path = tmp_path / "ledger.db"
+    async with _ledger(tmp_path) as ledger:
+        if serving == "blocking callers":
+            ledger.serve_blocking_callers(lambda: True)
+        else:
+            ledger.serve_async_callers(lambda: True)
+        raw = sqlite3.connect(path, isolation_level=None)
+        try:
+            before = len(_writer_threads())
+            _fill_the_log(raw)
+            size = path.stat().st_size
+            for n in range(HERE_COMMITS_PER_CHECKPOINT):
+                assert (await ledger.claim(_intent(f"k{n}"))).created
+            assert len(_writer_threads()) == before, "every one on the caller's thread"
+            assert path.stat().st_size == size, "and none checkpointed"
+            assert (await ledger.claim(_intent("next"))).created
+            assert len(_writer_threads()) == before + 1, "the next one went to the writer's"
+            assert path.stat().st_size > size, "and checkpointed"
+            assert (await ledger.claim(_intent("after"))).created
+            assert len(_writer_threads()) == before + 1
+        finally:
+            raw.close()
+        assert await _counts(ledger) == (HERE_COMMITS_PER_CHECKPOINT + 2,) * 2
+
+
+async def test_an_intent_commits_on_the_loops_thread_while_the_guard_runs_one_call(
+    tmp_path: Path,
+) -> None:
+    # The guard says how many calls it runs: the write queue alone cannot, since a loop that
+    # waits out an fsync lets no second call queue a write.
+    async with _ledger(tmp_path) as ledger:
+        alone = [True]
+        ledger.serve_async_callers(lambda: alone[0])
         before = len(_writer_threads())
+        claim = await ledger.claim(_intent("a"))
+        assert claim.created
         assert await ledger.finish(claim.operation, "owner-a", Outcome(Status.SUCCEEDED))
-        assert len(_writer_threads()) == before, "the outcome committed on the caller's thread"
-        assert path.stat().st_size == size, "and copied nothing into the database"
+        assert len(_writer_threads()) == before, "both on the loop's thread, no hop"
+        assert await _counts(ledger) == (1, 1)
+        alone[0] = False
         assert (await ledger.claim(_intent("b"))).created
-        assert len(_writer_threads()) == before + (not blocking_callers)
-        assert path.stat().st_size > size, "the durable commit checkpointed"
+        assert len(_writer_threads()) == before + 1, "with other calls running, the writer's"
+
+
+async def test_a_guard_commits_intents_on_the_loops_thread_only_while_it_runs_one_call(
+    tmp_path: Path,
+) -> None:
+    ws = WriteSafe(f"sqlite+aiosqlite:///{tmp_path / 'ledger.db'}")
+
+    @ws.tool("submit")
+    async def submit(n: int) -> int:
+        await asyncio.sleep(0)  # the calls run together only if each lets the others run
+        return n
+
+    try:
+        before = len(_writer_threads())
+        for n in range(5):
+            assert await submit(n, idempotency_key=f"one-{n}") == n
+        assert len(_writer_threads()) == before, "one call at a time: every write on the loop's"
+        together = [submit(n, idempotency_key=f"many-{n}") for n in range(8)]
+        assert await asyncio.gather(*together) == list(range(8))
+        assert len(_writer_threads()) == before + 1, "calls together share the writer's commits"
     finally:
+        await ws.close()
+
+
+async def test_intents_keep_to_the_writers_thread_for_a_while_after_slow_fsyncs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An event loop waits out an intent's fsync only where that is brief on average
+    (`BRIEF_SYNC`): past it, intents go to the writer's thread for `_SLOW_SECONDS`, then one
+    more is tried on the loop's. Every fsync counts as slow here."""
+    monkeypatch.setattr(_sqlite_writer, "BRIEF_SYNC", 0.0)
+    monkeypatch.setattr(_sqlite_writer, "_SLOW_SECONDS", 0.5)
+    async with _ledger(tmp_path) as ledger:
+        ledger.serve_async_callers(lambda: True)
+        before = len(_writer_threads())
+        assert (await ledger.claim(_intent("a"))).created
+        assert len(_writer_threads()) == before, "tried on the loop's thread"
+        assert (await ledger.claim(_intent("b"))).created
+        assert len(_writer_threads()) == before + 1, "then the writer's, the fsync being slow"
         await ledger.close()
-        raw.close()
+        await asyncio.to_thread(lambda: [t.join(5) for t in _writer_threads()[before:]])
+        assert (await ledger.claim(_intent("c"))).created
+        assert len(_writer_threads()) == before + 1, "still the writer's"
+        await ledger.close()
+        await asyncio.to_thread(lambda: [t.join(5) for t in _writer_threads()[before:]])
+        await asyncio.sleep(0.5)
+        assert (await ledger.claim(_intent("d"))).created
+        assert len(_writer_threads()) == before, "after a while, the loop's thread again"
+        assert await _counts(ledger) == (4, 4)
 
 
 @contextlib.asynccontextmanager
