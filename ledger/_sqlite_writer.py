@@ -37,7 +37,7 @@ fsyncs, would stall the caller's thread, an event loop's): after `_HERE_COMMITS_
 of them, the next write goes to the writer's thread, whose commits checkpoint as SQLite does, its
 caller awaiting it. A checkpoint posted to that thread instead would run beside the caller's
 next writes, so it would never find the whole log copied, and the log would never start again
-from its beginning: it grew past 180 MB in 3 s of calls, one at a time (docs/performance.md).
+from its beginning: it grew to 187 MB in 3 s of calls, one at a time (docs/performance.md).
 None of them where another connection took the lock from the writer's thread lately (another
 process writes to the file): there, even a few commits out of turn cost more than the hops save.
 Otherwise the write goes to the writer's thread, so that the loop serves its other calls during a
