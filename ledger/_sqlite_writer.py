@@ -22,11 +22,11 @@ docs/performance.md, "an embedded outcome without the hops"):
 - an outcome (a lazy commit, no fsync) while the writes come one at a time (no drain posted or
   running, and the last one took a lone write: `GroupQueue.quiet`) and the lock is free at once.
   Writes that come together commit for less in a group;
-- an intent too, while the guard's event loop runs one guarded call alone
-  (`serve_async_callers`), the writes come one at a time, and this process's commits on a
-  caller's thread have synced briefly lately (under `BRIEF_SYNC`): the loop then waits out an
-  fsync no longer than the call's own Python takes, and nothing else of the guard's is waiting.
-  After a slower one, intents keep to the writer's thread for a while. The count of calls comes
+- an intent (any durable write) too, while the guard's event loop runs one guarded call alone
+  (`serve_async_callers`), the writes come one at a time, and the durable writes on a caller's
+  thread took under `BRIEF_SYNC` on average lately: the loop then waits out an fsync about as
+  long as the call's own Python takes, and no other call of the guard's is waiting. After a
+  slower stretch, intents keep to the writer's thread for a while. The count of calls comes
   from the guard, not the queue: a loop blocked by an fsync lets no second call queue, so the
   queue alone would stay quiet under load and lose group commit;
 - any write, for a writer whose event loop serves only callers that block on it anyway (the sync
