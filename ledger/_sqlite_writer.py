@@ -162,6 +162,16 @@ _SLOW_SECONDS = 10.0
 # and the hops of 1 write in 100 cost about 1 %.
 _HERE_COMMITS_PER_CHECKPOINT = 100
 
+
+def durable_average(average: float, seconds: float) -> tuple[float, bool]:
+    """The average time of durable writes on a caller's thread after one more that took
+    `seconds`, and whether it passed `BRIEF_SYNC`; if so it starts again at the bound, so that
+    the next write there ends the path again unless it is brief."""
+    counted = min(seconds, _LONGEST_COUNTED)
+    average += (counted - average) * _SYNC_WEIGHT
+    return (BRIEF_SYNC, True) if average > BRIEF_SYNC else (average, False)
+
+
 # Converts a stored value of each operation column back (a datetime's text); most need nothing.
 _READ_OPERATION = {
     column.name: processor
@@ -410,14 +420,10 @@ class SqliteWriter:
 
     def _time_durable(self, seconds: float) -> None:
         """Count a durable write on a caller's thread into the average; past `BRIEF_SYNC`, send
-        intents to the writer's thread for a while, and start the average again at the bound:
-        the next write here ends the path again unless it is brief."""
-        counted = min(seconds, _LONGEST_COUNTED)
-        average = self._durable_seconds + (counted - self._durable_seconds) * _SYNC_WEIGHT
-        if average > BRIEF_SYNC:
+        intents to the writer's thread for a while."""
+        self._durable_seconds, slow = durable_average(self._durable_seconds, seconds)
+        if slow:
             self._slow_until = time.monotonic() + _SLOW_SECONDS
-            average = BRIEF_SYNC
-        self._durable_seconds = average
 
     def _take_here(self) -> sqlite3.Connection:
         """A connection for the calling thread alone until it is given back (appended to
