@@ -426,7 +426,7 @@ async def test_writes_on_the_callers_thread_send_one_in_so_many_to_the_writers_t
 
 
 async def test_the_log_stays_bounded_while_every_write_commits_on_the_callers_thread(
-    tmp_path: Path,
+    tmp_path: Path, brief_fsyncs: None
 ) -> None:
     """The log starts again from its beginning only when a writer finds it wholly copied into
     the database: a checkpoint beside a stream of writes never does, and the log grew without
