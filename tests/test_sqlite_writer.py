@@ -46,6 +46,13 @@ def _writer_threads() -> list[threading.Thread]:
     return [t for t in threading.enumerate() if t.name.startswith(THREAD_PREFIX)]
 
 
+async def _closed(ledger: Ledger, since: int = 0) -> None:
+    """Close `ledger` and wait for its writer's thread to end (one of the writer threads counted
+    from `since`, the number running before it started)."""
+    await ledger.close()
+    await asyncio.to_thread(lambda: [t.join(5) for t in _writer_threads()[since:]])
+
+
 def _intent(key: str) -> Intent:
     return Intent("default", key, "submit", "f" * 64, "{}", f"owner-{key}", 15.0, 3)
 
@@ -78,8 +85,7 @@ async def test_the_writer_thread_ends_with_close_and_starts_again_on_the_next_wr
     async with _ledger(tmp_path) as ledger:
         assert (await ledger.claim(_intent("a"))).created
         assert len(_writer_threads()) == before + 1
-        await ledger.close()
-        await asyncio.to_thread(lambda: [t.join(5) for t in _writer_threads()[before:]])
+        await _closed(ledger, since=before)
         assert len(_writer_threads()) == before
         claim = await ledger.claim(_intent("a"))  # closed, the ledger opens again
         assert not claim.created
@@ -118,8 +124,7 @@ async def test_a_claim_of_a_taken_key_returns_the_row_holding_it_and_writes_noth
 async def test_a_peek_reads_a_taken_key_without_the_writers_thread(tmp_path: Path) -> None:
     async with _ledger(tmp_path) as ledger:
         assert (await ledger.claim(_intent("a"))).created
-        await ledger.close()
-        await asyncio.to_thread(lambda: [t.join(5) for t in _writer_threads()])
+        await _closed(ledger)
         before = len(_writer_threads())
         row = ledger.peek("default", "a")
         assert row is not None
@@ -187,8 +192,7 @@ async def test_a_writer_whose_loop_serves_other_calls_writes_on_its_own_thread(
         before = len(_writer_threads())
         assert (await ledger.claim(_intent("a"))).created
         assert len(_writer_threads()) == before + 1
-        await ledger.close()
-        await asyncio.to_thread(lambda: [t.join(5) for t in _writer_threads()[before:]])
+        await _closed(ledger, since=before)
         alone[0] = True
         assert (await ledger.claim(_intent("b"))).created
         assert len(_writer_threads()) == before, "alone, it writes on the loop's thread"
@@ -201,8 +205,7 @@ async def _claimed_with_no_writer_thread(ledger: Ledger, key: str) -> Claim:
     which the ledger opens again on its next use): a write that starts it again hopped there."""
     claim = await ledger.claim(_intent(key))
     assert claim.created
-    await ledger.close()
-    await asyncio.to_thread(lambda: [t.join(5) for t in _writer_threads()])
+    await _closed(ledger)
     return claim
 
 
@@ -281,8 +284,7 @@ async def test_writes_keep_to_the_writers_thread_once_another_connection_took_th
         assert not blocked.done(), "it waits for the lock"
         holder.execute("COMMIT")
         assert (await blocked).created
-        await ledger.close()
-        await asyncio.to_thread(lambda: [t.join(5) for t in _writer_threads()])
+        await _closed(ledger)
         before = len(_writer_threads())
         finished = await ledger.finish(claim.operation, "owner-a", Outcome(Status.SUCCEEDED))
         assert finished is not None
@@ -504,8 +506,7 @@ async def test_intents_keep_to_the_writers_thread_after_slow_fsyncs(
         assert len(_writer_threads()) == before, "tried on the loop's thread"
         assert (await ledger.claim(_intent("b"))).created
         assert len(_writer_threads()) == before + 1, "then the writer's, the fsync being slow"
-        await ledger.close()
-        await asyncio.to_thread(lambda: [t.join(5) for t in _writer_threads()[before:]])
+        await _closed(ledger, since=before)
         assert (await ledger.claim(_intent("c"))).created
         assert len(_writer_threads()) == before + 1, "and still the writer's"
         assert await _counts(ledger) == (3, 3)
