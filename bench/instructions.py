@@ -9,8 +9,8 @@ differently in the event loop under valgrind's pace). Each system
 runs in a child under callgrind twice, 200 calls and 200 + `--calls`; the difference divided by
 `--calls` is its instructions per call, start-up and shutdown cancelled out. Systems:
 writesafe on PostgreSQL and the floor (`bench/_floors.py`: the two committed INSERTs a first
-execution needs, on raw asyncpg), with the pools of `bench.throughput --peers` (4 and 8
-connections), and writesafe on PostgreSQL with Redis, whose first executions should cost what
+execution needs, on raw asyncpg), with the pools of `bench.throughput --peers` (8
+connections each), and writesafe on PostgreSQL with Redis, whose first executions should cost what
 PostgreSQL's alone do (issue 30, item 5: a tool of first executions asks the ledger first and
 leaves Redis alone). Printed: each one's instructions per call, writesafe's ratios to the floor,
 and pg+redis ÷ pg. Only user space is counted: the kernel's share (sends, epoll) is in none. A
