@@ -34,7 +34,7 @@ from sqlalchemy import (
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from writesafe.ledger._clock import StoreTime
-from writesafe.ledger._models import Attempt, Operation
+from writesafe.ledger._models import Attempt, Operation, UTCDateTime
 from writesafe.ledger._records import AttemptKind, OperationRecord
 from writesafe.ledger._states import Status
 
@@ -213,9 +213,18 @@ def moment_value(column: Column[Any], param: str, *, store_time: bool) -> Column
     return bindparam(param, type_=column.type)
 
 
+MOMENT_COLUMNS = tuple(
+    column.name for column in operations.columns if isinstance(column.type, UTCDateTime)
+)
+"""The operation's columns that hold a time: the only ones a `Moment` (a `StoreTime`) is
+written to. A write has up to twenty values and five of them are times, so the functions below
+look at these alone."""
+
+
 def store_time_names(values: Mapping[str, Any]) -> frozenset[str]:
-    """The names whose values are `StoreTime`s: a statement writes them as `now()`."""
-    return frozenset([name for name, value in values.items() if isinstance(value, StoreTime)])
+    """The names of `values` (the operation's columns) that are `StoreTime`s: a statement
+    writes them as `now()`."""
+    return frozenset([name for name in MOMENT_COLUMNS if isinstance(values.get(name), StoreTime)])
 
 
 def param_value(value: Any) -> Any:
@@ -224,12 +233,13 @@ def param_value(value: Any) -> Any:
 
 
 def param_values(values: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
-    """`param_value` of each value, named `prefix` + its name; inlined, since a write has up to
-    twenty values and a call per value costs more than the value."""
-    return {
-        prefix + name: value.interval if isinstance(value, StoreTime) else value
-        for name, value in values.items()
-    }
+    """`param_value` of each of `values` (the operation's columns), named `prefix` + its name."""
+    params = {prefix + name: value for name, value in values.items()} if prefix else dict(values)
+    for name in MOMENT_COLUMNS:
+        value = values.get(name)
+        if isinstance(value, StoreTime):
+            params[prefix + name] = value.interval
+    return params
 
 
 def compare_and_set_update(
