@@ -216,9 +216,8 @@ def moment_value(column: Column[Any], param: str, *, store_time: bool) -> Column
 MOMENT_COLUMNS = tuple(
     column.name for column in operations.columns if isinstance(column.type, UTCDateTime)
 )
-"""The operation's columns that hold a time: the only ones a `Moment` (a `StoreTime`) is
-written to. A write has up to twenty values and five of them are times, so the functions below
-look at these alone."""
+"""The operation's columns that hold a time: the only ones a `StoreTime` is written to. A write
+has up to twenty values and five of them are times, so the functions below look at these alone."""
 
 
 def store_time_names(values: Mapping[str, Any]) -> frozenset[str]:
