@@ -234,10 +234,8 @@ def param_value(value: Any) -> Any:
 def param_values(values: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
     """`param_value` of each of `values` (the operation's columns), named `prefix` + its name."""
     params = {prefix + name: value for name, value in values.items()} if prefix else dict(values)
-    for name in MOMENT_COLUMNS:
-        value = values.get(name)
-        if isinstance(value, StoreTime):
-            params[prefix + name] = value.interval
+    for name in store_time_names(values):
+        params[prefix + name] = values[name].interval
     return params
 
 
