@@ -196,11 +196,9 @@ class Guard:
     async def close(self) -> None:
         await self.flush()
         await self._leases.close()
-        # Raise the ledger's marks to what this process committed, for a restore to be seen;
-        # briefly: a ledger that is gone by now holds up no close.
+        # Raise the ledger's marks to what this process committed, for a restore to be seen.
         with contextlib.suppress(*LEDGER_ERRORS):
-            async with asyncio.timeout(self.settings.record_retry_seconds):
-                await self._restores.last_check()
+            await self._restores.last_check(within=self.settings.record_retry_seconds)
 
     @logged_call
     @traced_call

@@ -114,13 +114,28 @@ class RestoreWatch:
             self._checking = asyncio.ensure_future(self._check())
         return await asyncio.shield(self._checking)
 
-    async def last_check(self) -> None:
-        """Check once more as the process closes (its marks then hold all it committed);
-        nothing if it never opened the ledger."""
-        if self._due:
-            await self.check()
+    async def last_check(self, within: float) -> None:
+        """Check once more as the process closes (its marks then hold all it committed), within
+        `within` seconds, its wait for SQLite's lock included: a ledger that is gone, or locked
+        by another process, holds up no close. A check not done by then is cancelled and awaited,
+        never left running past the close (nothing of it is committed); one that a call started
+        before the close waits for the lock as long as any write. Nothing if the process never
+        opened the ledger."""
+        if not self._due:
+            return
+        if self._checking is None or self._checking.done():
+            self._checking = asyncio.ensure_future(self._check(lock_wait=within))
+        checking = self._checking
+        try:
+            async with asyncio.timeout(within):
+                await asyncio.shield(checking)
+        except TimeoutError:
+            checking.cancel()
+            await asyncio.wait([checking])
 
-    async def _check(self) -> Restored | None:
-        self._state = await check_restored(self._ledger, self._marks, self._retention)
+    async def _check(self, lock_wait: float | None = None) -> Restored | None:
+        self._state = await check_restored(
+            self._ledger, self._marks, self._retention, lock_wait=lock_wait
+        )
         self._due = time.monotonic() + self._every
         return self._state

@@ -22,9 +22,14 @@ _STATEMENT_TIMEOUT = 10.0
 
 # How long a SQLite writer waits for the database lock before giving up (seconds).
 SQLITE_BUSY_TIMEOUT = 30.0
+_BUSY_TIMEOUT_MS = int(SQLITE_BUSY_TIMEOUT * 1000)
 
 # The execution option that marks a read-only transaction (`reader`).
 _READ_ONLY = "writesafe_read_only"
+
+# The execution option that bounds a transaction's wait for SQLite's write lock
+# (`waiting_at_most`), and the connection's `info` entry that holds its busy wait now.
+_LOCK_WAIT = "writesafe_lock_wait"
 
 
 class UnsupportedDatabase(ValueError):
@@ -284,7 +289,7 @@ def configure_sqlite_connection(dbapi_connection: Any) -> None:
     # FULL: a committed intent survives power loss, which is the whole point of recording it.
     cursor.execute("PRAGMA synchronous=FULL")
     cursor.execute("PRAGMA foreign_keys=ON")
-    cursor.execute(f"PRAGMA busy_timeout={int(SQLITE_BUSY_TIMEOUT * 1000)}")
+    cursor.execute(f"PRAGMA busy_timeout={_BUSY_TIMEOUT_MS}")
     cursor.close()
 
 
@@ -298,8 +303,18 @@ def _configure_sqlite(engine: Engine) -> None:
         # A deferred transaction that reads then writes fails with SQLITE_BUSY instead of waiting;
         # taking the write lock up front makes claims queue behind each other. One that only
         # reads (`reader`) needs no lock a writer holds (WAL), so it takes none.
-        read_only = conn.get_execution_options().get(_READ_ONLY, False)
-        conn.exec_driver_sql("BEGIN" if read_only else "BEGIN IMMEDIATE")
+        options = conn.get_execution_options()
+        if options.get(_READ_ONLY, False):
+            conn.exec_driver_sql("BEGIN")
+            return
+        # The busy wait is set only where the connection's last write waited otherwise: no
+        # statement more for the transactions that wait as long as any write.
+        wait = int(options.get(_LOCK_WAIT, SQLITE_BUSY_TIMEOUT) * 1000)
+        info = conn.connection.info
+        if info.get(_LOCK_WAIT, _BUSY_TIMEOUT_MS) != wait:
+            conn.exec_driver_sql(f"PRAGMA busy_timeout={wait}")
+            info[_LOCK_WAIT] = wait
+        conn.exec_driver_sql("BEGIN IMMEDIATE")
 
 
 def reader(engine: AsyncEngine) -> AsyncEngine:
@@ -308,3 +323,12 @@ def reader(engine: AsyncEngine) -> AsyncEngine:
     the write lock for as long as it lasts. No write goes through it: a deferred transaction that
     turns to writing may fail with SQLITE_BUSY instead of waiting for the lock."""
     return engine.execution_options(**{_READ_ONLY: True})
+
+
+def waiting_at_most(engine: AsyncEngine, seconds: float) -> AsyncEngine:
+    """`engine` for transactions that wait at most `seconds` for SQLite's write lock, not
+    `SQLITE_BUSY_TIMEOUT`: for a write bounded in time (a close's), since no cancellation stops
+    the driver's thread once it waits in SQLite's busy handler, and a wait that outlives its
+    event loop ends in errors on that thread. On PostgreSQL cancelling the statement ends its
+    wait: the option does nothing there."""
+    return engine.execution_options(**{_LOCK_WAIT: seconds})

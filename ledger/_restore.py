@@ -28,6 +28,7 @@ from sqlalchemy import Table, select, text, update
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from writesafe.ledger._engine import reader, waiting_at_most
 from writesafe.ledger._ledger import Ledger
 from writesafe.ledger._models import LedgerState
 from writesafe.ledger._writer import operations
@@ -165,20 +166,26 @@ class _State:
 
 
 async def check_restored(
-    ledger: Ledger, marks: Sequence[Mark], retention: timedelta
+    ledger: Ledger,
+    marks: Sequence[Mark],
+    retention: timedelta,
+    *,
+    lock_wait: float | None = None,
 ) -> Restored | None:
     """The open restore of `ledger`, detecting one from `marks` and the timeline; else count a
-    check, raise the marks to the ledger's level and return None.
+    check, raise the marks to the ledger's level and return None. `lock_wait`: how long its
+    write may wait for SQLite's lock (`waiting_at_most`); None: as long as any write.
 
     The marks are read before the ledger: a mark is raised only after what it says was
     committed, so a concurrent check never makes the ledger look behind. A restore is recorded
     once: its record lifts the ledger's level to the mark that revealed it.
     """
-    async with ledger.engine.connect() as conn:
+    async with reader(ledger.engine).connect() as conn:  # on SQLite: no write lock to wait for
         ledger_id = (await conn.execute(select(_state.c.ledger_id).where(_ROW))).scalar_one()
     readings = [(mark, await mark.read(ledger_id)) for mark in marks]
     timeline = await _timeline(ledger)
-    async with ledger.engine.begin() as conn:
+    engine = ledger.engine if lock_wait is None else waiting_at_most(ledger.engine, lock_wait)
+    async with engine.begin() as conn:
         state = await _read(conn)
         now = await ledger.now_in(conn)  # not a second connection: the budget may be one
         if state.restored is not None and state.restored.closes_at > now:
@@ -239,7 +246,7 @@ async def _detected(
 
 async def restored_state(ledger: Ledger) -> Restored | None:
     """The ledger's open restore, if any (one closed by time counts as none)."""
-    async with ledger.engine.connect() as conn:
+    async with reader(ledger.engine).connect() as conn:
         state = await _read(conn)
     now = await ledger.now()
     return state.restored if state.restored and state.restored.closes_at > now else None

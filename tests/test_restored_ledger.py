@@ -6,11 +6,14 @@ by `writesafe db restored --since`."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import shutil
+import sqlite3
 import subprocess
+import threading
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -19,6 +22,7 @@ import pytest
 from redis.asyncio import Redis
 from sqlalchemy import text
 from sqlalchemy.engine import make_url
+from sqlalchemy.ext.asyncio import AsyncEngine
 from typer.testing import CliRunner, Result
 
 from tests.conftest import PG_URL, REDIS_URL
@@ -36,6 +40,7 @@ from writesafe.ledger import (
     prune,
     restored_state,
 )
+from writesafe.ledger._engine import SQLITE_BUSY_TIMEOUT, create_engine, waiting_at_most
 
 KEYS = [f"order-{n}" for n in range(100)]
 SIDE_FILES = ("-wal", "-shm")
@@ -396,3 +401,77 @@ def test_a_restore_closes_by_itself_after_the_retention_period(tmp_path: Path) -
             await ws.close()
 
     asyncio.run(scenario())
+
+
+@contextlib.contextmanager
+def write_lock_held(file: Path) -> Iterator[None]:
+    """The embedded ledger's write lock, held by a connection of another "process"."""
+    holder = sqlite3.connect(file, isolation_level=None)
+    try:
+        holder.execute("BEGIN IMMEDIATE")
+        yield
+        holder.execute("COMMIT")
+    finally:
+        holder.close()
+
+
+def test_a_sync_close_under_another_process_s_lock_leaves_no_thread_behind(
+    tmp_path: Path,
+) -> None:
+    """The close's last check waits for the lock within the close's budget, then stops: its
+    wait in SQLite was bounded as well, so no driver thread is left waiting to answer a loop
+    the close has ended (it raised `Event loop is closed` once the lock was free). Nothing is
+    lost: the key is replayed afterwards."""
+    file = tmp_path / "ledger.db"
+    threads_before = set(threading.enumerate())
+    ws = WriteSafe(f"sqlite+aiosqlite:///{file}")
+
+    effects: Counter[str] = Counter()
+
+    @ws.tool("place_order")
+    def place_order(sku: str) -> str:
+        effects[sku] += 1
+        return sku
+
+    assert place_order.key("order-1")("A1") == "A1"
+    with write_lock_held(file):
+        ws.sync.close()
+        # Bar the idle threads of the loop's executor, which its close ends without waiting.
+        left = {t for t in threading.enumerate() if not t.name.startswith("asyncio_")}
+        assert left <= threads_before
+    assert place_order.key("order-1")("A1") == "A1"
+    assert effects == {"A1": 1}
+    ws.sync.close()
+
+
+async def test_an_async_close_under_another_process_s_lock_leaves_no_task_behind(
+    tmp_path: Path,
+) -> None:
+    """As above, on the caller's loop: the close ends with no check of its left running."""
+    file = tmp_path / "ledger.db"
+    ws = WriteSafe(f"sqlite+aiosqlite:///{file}")
+    shop = Shop()
+    tool = shop.guard(ws)
+    await tool("A1", idempotency_key="order-1")
+    with write_lock_held(file):
+        await ws.close()
+        assert asyncio.all_tasks() == {asyncio.current_task()}
+    assert await tool("A1", idempotency_key="order-1") == {"order": "order-1"}
+    assert shop.effects == {"order-1": 1}
+    await ws.close()
+
+
+async def test_a_bounded_wait_for_the_lock_is_its_own_transactions_alone(tmp_path: Path) -> None:
+    """`waiting_at_most` sets the busy wait of its own transactions: the next write on the same
+    pooled connection waits as long as any write again."""
+    engine = create_engine(f"sqlite+aiosqlite:///{tmp_path / 'ledger.db'}")
+
+    async def busy_wait(engine: AsyncEngine) -> int:
+        async with engine.begin() as conn:
+            return int((await conn.exec_driver_sql("PRAGMA busy_timeout")).scalar_one())
+
+    try:
+        assert await busy_wait(waiting_at_most(engine, 0.25)) == 250
+        assert await busy_wait(engine) == SQLITE_BUSY_TIMEOUT * 1000
+    finally:
+        await engine.dispose()
