@@ -18,6 +18,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+import asyncpg
 import pytest
 from redis.asyncio import Redis
 from sqlalchemy import text
@@ -25,7 +26,7 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.ext.asyncio import AsyncEngine
 from typer.testing import CliRunner, Result
 
-from tests.conftest import PG_URL, REDIS_URL
+from tests.conftest import PG_URL, REDIS_URL, asyncpg_dsn
 from tests.test_cli_errors import DOWN, one_line_error
 from writesafe import Found, NotFound, Unknown, WriteSafe, WriteSafeError
 from writesafe.cli import app as cli
@@ -456,6 +457,28 @@ async def test_an_async_close_under_another_process_s_lock_leaves_no_task_behind
     with write_lock_held(file):
         await ws.close()
         assert asyncio.all_tasks() == {asyncio.current_task()}
+    assert await tool("A1", idempotency_key="order-1") == {"order": "order-1"}
+    assert shop.effects == {"order-1": 1}
+    await ws.close()
+
+
+async def test_a_postgres_close_under_another_session_s_lock_leaves_no_task_behind(
+    pg_schema: str,
+) -> None:
+    """On PostgreSQL the check's wait for the state row another session holds ends when it is
+    cancelled: the close ends with no check of its left running, and nothing is lost."""
+    ws = WriteSafe(PG_URL, schema=pg_schema, auto_migrate=True)
+    shop = Shop()
+    tool = shop.guard(ws)
+    await tool("A1", idempotency_key="order-1")
+    holder = await asyncpg.connect(asyncpg_dsn())
+    try:
+        async with holder.transaction():
+            await holder.execute(f"SELECT 1 FROM {pg_schema}.writesafe_ledger_state FOR UPDATE")
+            await ws.close()
+            assert asyncio.all_tasks() == {asyncio.current_task()}
+    finally:
+        await holder.close()
     assert await tool("A1", idempotency_key="order-1") == {"order": "order-1"}
     assert shop.effects == {"order-1": 1}
     await ws.close()
