@@ -28,8 +28,8 @@ from rich.table import Table
 from tenacity import Retrying, retry_if_exception, stop_after_delay, wait_random_exponential
 
 from bench._cli import run_and_report
-from writesafe.ledger._engine import SQLITE_BUSY_TIMEOUT
-from writesafe.ledger._sqlite_writer import _FIRST_WAIT, _LONGEST_WAIT, _is_busy, begin_when_free
+from writesafe.ledger._engine import SQLITE_BUSY_TIMEOUT, is_busy
+from writesafe.ledger._sqlite_writer import _FIRST_WAIT, _LONGEST_WAIT, begin_when_free
 
 THRESHOLD = 1.15
 OURS = "begin_when_free"
@@ -38,7 +38,7 @@ TENACITY = "tenacity Retrying"
 
 def _tenacity(cursor: sqlite3.Cursor) -> int:
     retrying = Retrying(
-        retry=retry_if_exception(_is_busy),
+        retry=retry_if_exception(is_busy),
         wait=wait_random_exponential(multiplier=_FIRST_WAIT, max=_LONGEST_WAIT),
         stop=stop_after_delay(SQLITE_BUSY_TIMEOUT),
         reraise=True,

@@ -117,10 +117,10 @@ class RestoreWatch:
     async def last_check(self, within: float) -> None:
         """Check once more as the process closes (its marks then hold all it committed), within
         `within` seconds, its wait for SQLite's lock included: a ledger that is gone, or locked
-        by another process, holds up no close. A check not done by then is cancelled and awaited,
-        never left running past the close (nothing of it is committed); one that a call started
-        before the close waits for the lock as long as any write. Nothing if the process never
-        opened the ledger."""
+        by another process, holds up no close. A check not done by then (one a call started
+        included) is cancelled, which ends its wait for the lock too, and awaited: never left
+        running past the close (nothing of it is committed). Nothing if the process never opened
+        the ledger."""
         if not self._due:
             return
         if self._checking is None or self._checking.done():

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import sqlite3
-from collections.abc import Mapping
+from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
@@ -12,8 +13,9 @@ from uuid import uuid4
 
 from sqlalchemy import Engine, event
 from sqlalchemy.engine import URL, make_url
-from sqlalchemy.exc import ArgumentError
-from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
+from sqlalchemy.exc import ArgumentError, OperationalError
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
+from tenacity import AsyncRetrying, retry_if_exception, stop_after_delay, wait_random_exponential
 
 DEFAULT_DATABASE_URL = "sqlite+aiosqlite:///writesafe.db"
 
@@ -27,8 +29,8 @@ _BUSY_TIMEOUT_MS = int(SQLITE_BUSY_TIMEOUT * 1000)
 # The execution option that marks a read-only transaction (`reader`).
 _READ_ONLY = "writesafe_read_only"
 
-# The execution option that bounds a transaction's wait for SQLite's write lock
-# (`waiting_at_most`), and the connection's `info` entry that holds its busy wait now.
+# The execution option that sets a transaction's busy wait for SQLite's write lock in ms
+# (`write_transaction`: none), and the connection's `info` entry that holds its busy wait now.
 _LOCK_WAIT = "writesafe_lock_wait"
 
 
@@ -309,7 +311,7 @@ def _configure_sqlite(engine: Engine) -> None:
             return
         # The busy wait is set only where the connection's last write waited otherwise: no
         # statement more for the transactions that wait as long as any write.
-        wait = int(options.get(_LOCK_WAIT, SQLITE_BUSY_TIMEOUT) * 1000)
+        wait = options.get(_LOCK_WAIT, _BUSY_TIMEOUT_MS)
         info = conn.connection.info
         if info.get(_LOCK_WAIT, _BUSY_TIMEOUT_MS) != wait:
             conn.exec_driver_sql(f"PRAGMA busy_timeout={wait}")
@@ -325,10 +327,46 @@ def reader(engine: AsyncEngine) -> AsyncEngine:
     return engine.execution_options(**{_READ_ONLY: True})
 
 
-def waiting_at_most(engine: AsyncEngine, seconds: float) -> AsyncEngine:
-    """`engine` for transactions that wait at most `seconds` for SQLite's write lock, not
-    `SQLITE_BUSY_TIMEOUT`: for a write bounded in time (a close's), since no cancellation stops
-    the driver's thread once it waits in SQLite's busy handler, and a wait that outlives its
-    event loop ends in errors on that thread. On PostgreSQL cancelling the statement ends its
-    wait: the option does nothing there."""
-    return engine.execution_options(**{_LOCK_WAIT: seconds})
+def is_busy(error: BaseException) -> bool:
+    """SQLite's answer that another connection holds the lock."""
+    return (
+        isinstance(error, sqlite3.OperationalError)
+        and error.sqlite_errorcode & 0xFF == sqlite3.SQLITE_BUSY
+    )
+
+
+def _locked(error: BaseException) -> bool:
+    return isinstance(error, OperationalError) and error.orig is not None and is_busy(error.orig)
+
+
+# The waits between tries of a write transaction's BEGIN on the event loop (`write_transaction`):
+# short, as a commit holds the lock briefly, at random so that waiters do not retry in step.
+_LOCK_RETRY_WAIT = wait_random_exponential(multiplier=1e-3, max=0.05)
+
+
+@contextlib.asynccontextmanager
+async def write_transaction(
+    engine: AsyncEngine, lock_wait: float | None = None
+) -> AsyncIterator[AsyncConnection]:
+    """`engine.begin()`, but on SQLite the wait for the write lock is made on the event loop,
+    for `lock_wait` seconds (None: `SQLITE_BUSY_TIMEOUT`, as any write), not in the driver's
+    thread: BEGIN is tried with no busy wait, and again after each short sleep. Cancelled, it
+    stops waiting at once, where a thread in SQLite's busy handler would wait on (not even
+    `sqlite3`'s interrupt() ends that) and answer a loop that may be closed by then. On
+    PostgreSQL cancelling a statement ends its wait: this is `engine.begin()` there."""
+    retrying = AsyncRetrying(
+        stop=stop_after_delay(SQLITE_BUSY_TIMEOUT if lock_wait is None else lock_wait),
+        wait=_LOCK_RETRY_WAIT,
+        retry=retry_if_exception(_locked),
+        reraise=True,
+    )
+    async with engine.execution_options(**{_LOCK_WAIT: 0}).connect() as conn:
+        async for attempt in retrying:
+            with attempt:
+                transaction = await conn.begin()
+        try:
+            yield conn
+        except BaseException:
+            await transaction.rollback()
+            raise
+        await transaction.commit()

@@ -75,7 +75,7 @@ from sqlalchemy.exc import DBAPIError
 from sqlalchemy.sql.compiler import SQLCompiler
 
 from writesafe.ledger._call_thread import CallThread
-from writesafe.ledger._engine import SQLITE_BUSY_TIMEOUT, connect_sqlite
+from writesafe.ledger._engine import SQLITE_BUSY_TIMEOUT, connect_sqlite, is_busy
 from writesafe.ledger._group_commit import Answer, GroupQueue, Member, answer
 from writesafe.ledger._records import AttemptKind, OperationRecord
 from writesafe.ledger._states import Status
@@ -102,14 +102,6 @@ _DIALECT = sqlite.dialect(paramstyle="named")
 _LEVELS = {True: "PRAGMA synchronous=FULL", False: "PRAGMA synchronous=NORMAL"}
 
 
-def _is_busy(error: BaseException) -> bool:
-    """SQLite's answer that another connection holds the lock."""
-    return (
-        isinstance(error, sqlite3.OperationalError)
-        and error.sqlite_errorcode & 0xFF == sqlite3.SQLITE_BUSY
-    )
-
-
 # The writer thread's wait for the lock another process holds. SQLite's own busy handler sleeps
 # 1 ms before its first retry and up to 100 ms later, far longer than a commit holds the lock:
 # with several processes on one file, each writer slept through the others' turns (a wait
@@ -133,7 +125,7 @@ def begin_when_free(cursor: sqlite3.Cursor, timeout: float = SQLITE_BUSY_TIMEOUT
         try:
             cursor.execute("BEGIN IMMEDIATE")
         except sqlite3.OperationalError as error:
-            if not _is_busy(error) or time.monotonic() >= deadline:
+            if not is_busy(error) or time.monotonic() >= deadline:
                 raise
         else:
             return tries
@@ -408,7 +400,7 @@ class SqliteWriter:
         try:
             self._begin(cursor, durable)
         except sqlite3.OperationalError as error:
-            if _is_busy(error):
+            if is_busy(error):
                 return None
             raise
         started = time.perf_counter()
@@ -527,7 +519,7 @@ class SqliteWriter:
         try:
             cursor.execute("BEGIN IMMEDIATE")
         except sqlite3.OperationalError as error:
-            if not (writer and _is_busy(error)):
+            if not (writer and is_busy(error)):
                 raise
             self._shared_until = time.monotonic() + _SHARED_SECONDS
             begin_when_free(cursor)

@@ -23,7 +23,7 @@ import pytest
 from redis.asyncio import Redis
 from sqlalchemy import text
 from sqlalchemy.engine import make_url
-from sqlalchemy.ext.asyncio import AsyncEngine
+from sqlalchemy.ext.asyncio import AsyncConnection
 from typer.testing import CliRunner, Result
 
 from tests.conftest import PG_URL, REDIS_URL, asyncpg_dsn
@@ -41,7 +41,7 @@ from writesafe.ledger import (
     prune,
     restored_state,
 )
-from writesafe.ledger._engine import SQLITE_BUSY_TIMEOUT, create_engine, waiting_at_most
+from writesafe.ledger._engine import SQLITE_BUSY_TIMEOUT, create_engine, write_transaction
 
 KEYS = [f"order-{n}" for n in range(100)]
 SIDE_FILES = ("-wal", "-shm")
@@ -484,17 +484,36 @@ async def test_a_postgres_close_under_another_session_s_lock_leaves_no_task_behi
     await ws.close()
 
 
-async def test_a_bounded_wait_for_the_lock_is_its_own_transactions_alone(tmp_path: Path) -> None:
-    """`waiting_at_most` sets the busy wait of its own transactions: the next write on the same
-    pooled connection waits as long as any write again."""
+async def test_a_check_a_call_left_waiting_for_the_lock_is_stopped_by_the_close(
+    tmp_path: Path,
+) -> None:
+    """A check that waits for the lock as long as any write (one a first execution started,
+    whose caller went away) waits on the event loop, where the close's cancellation ends it: the
+    close takes its own budget, not the 30 s of SQLite's busy wait."""
+    file = tmp_path / "ledger.db"
+    ws = WriteSafe(f"sqlite+aiosqlite:///{file}")
+    await Shop().guard(ws)("A1", idempotency_key="order-1")
+    with write_lock_held(file):
+        left = asyncio.create_task(ws._guard._restores.check())
+        await asyncio.sleep(0.2)  # it waits for the lock now
+        async with asyncio.timeout(SQLITE_BUSY_TIMEOUT / 3):
+            await ws.close()
+        assert left.done()
+        assert asyncio.all_tasks() == {asyncio.current_task()}
+
+
+async def test_a_write_transaction_s_lock_wait_is_its_own_alone(tmp_path: Path) -> None:
+    """`write_transaction` waits for the lock on the event loop, with no busy wait in SQLite; the
+    next write on the same pooled connection waits in SQLite's busy handler again."""
     engine = create_engine(f"sqlite+aiosqlite:///{tmp_path / 'ledger.db'}")
 
-    async def busy_wait(engine: AsyncEngine) -> int:
-        async with engine.begin() as conn:
-            return int((await conn.exec_driver_sql("PRAGMA busy_timeout")).scalar_one())
+    async def busy_wait(conn: AsyncConnection) -> int:
+        return int((await conn.exec_driver_sql("PRAGMA busy_timeout")).scalar_one())
 
     try:
-        assert await busy_wait(waiting_at_most(engine, 0.25)) == 250
-        assert await busy_wait(engine) == SQLITE_BUSY_TIMEOUT * 1000
+        async with write_transaction(engine) as conn:
+            assert await busy_wait(conn) == 0
+        async with engine.begin() as conn:
+            assert await busy_wait(conn) == SQLITE_BUSY_TIMEOUT * 1000
     finally:
         await engine.dispose()
