@@ -17,7 +17,11 @@ medians over the rounds. Printed per layout: calls per second, the ratio to the 
 fastest agent-once or DBOS), to the best peer on the same store (SQLite or PostgreSQL) and to
 the floor of the system's own store, and the client's CPU per call (the processes' CPU time,
 every thread's, divided by their calls) and its ratio to the floor's CPU per call: what issue
-30's CPU target is judged by (docs/performance.md). Every function must run
+30's CPU target is judged by (docs/performance.md). Then the whole machine's CPU per call (every
+process's busy time from the start to the last answer: the clients', the servers' and the
+kernel's): where the callers outnumber the cores (4 × 8 on a small machine), calls per second
+are the cores divided by it, so a system that spends less in the client but more in the server
+gains nothing there (docs/performance.md, "where the CPU of a call goes"). Every function must run
 exactly once per first execution: the calls that raised (`errors`) and the executions beyond one
 per answered call (`duplicates`) are counted and printed, and any of either fails the run.
 
@@ -42,6 +46,7 @@ from multiprocessing.synchronize import Barrier
 from pathlib import Path
 from typing import Any
 
+import psutil
 from rich.console import Console
 from rich.table import Table
 
@@ -201,7 +206,9 @@ def open_system(
 async def _child(job: Job, barrier: Barrier) -> Tally:
     call, close = await open_system(job.system)(job)
     try:
-        await call(f"{job.tag}-warm")
+        # As many calls at once as will run: a pool opens its connections (and prepares its
+        # statements on each) now, not in the measured seconds.
+        await asyncio.gather(*(call(f"{job.tag}-warm-{c}") for c in range(job.callers)))
         executed_before = _executed
         calls = errors = 0
         barrier.wait()
@@ -232,8 +239,17 @@ def _process(job: Job, barrier: Barrier, results: Any) -> None:
     results.put(asdict(asyncio.run(_child(job, barrier))))
 
 
+def _machine_busy() -> float:
+    """Seconds of CPU the machine has spent busy so far, in every process and the kernel (its
+    interrupts too; not the time a hypervisor gave to other guests)."""
+    times = psutil.cpu_times()
+    busy = ("user", "nice", "system", "irq", "softirq")
+    return sum(float(getattr(times, name, 0.0)) for name in busy)
+
+
 def _run(base: Job, processes: int) -> dict[str, float]:
-    """`processes` processes of `base.callers` callers: calls/s, CPU per call, errors."""
+    """`processes` processes of `base.callers` callers: calls/s, CPU per call (theirs, and the
+    whole machine's), errors."""
     context = multiprocessing.get_context("spawn")
     barrier = context.Barrier(processes + 1)
     results = context.Queue()
@@ -246,15 +262,17 @@ def _run(base: Job, processes: int) -> dict[str, float]:
     for child in children:
         child.start()
     barrier.wait()
-    started = time.perf_counter()
+    started, busy_before = time.perf_counter(), _machine_busy()
     tallies = [Tally(**results.get(timeout=base.seconds + 120)) for _ in children]
     elapsed = max(time.perf_counter() - started, base.seconds)
+    busy = _machine_busy() - busy_before
     for child in children:
         child.join()
     calls = sum(t.calls for t in tallies)
     return {
         "ops_per_s": calls / elapsed,
         "cpu_us_per_call": 1e6 * sum(t.cpu_seconds for t in tallies) / max(calls, 1),
+        "machine_us_per_call": 1e6 * busy / max(calls, 1),
         "errors": sum(t.errors for t in tallies),
         "duplicates": sum(t.duplicates for t in tallies),
     }
@@ -330,6 +348,9 @@ def _report(
             rows[system] = {
                 "ops_per_s": round(statistics.median(s["ops_per_s"] for s in taken), 1),
                 "cpu_us_per_call": round(statistics.median(s["cpu_us_per_call"] for s in taken), 1),
+                "machine_us_per_call": round(
+                    statistics.median(s["machine_us_per_call"] for s in taken), 1
+                ),
                 "errors": int(sum(s["errors"] for s in taken)),
                 "duplicates": int(sum(s["duplicates"] for s in taken)),
             }
@@ -368,13 +389,14 @@ def _ratio(row: dict[str, Any], other: float) -> float:
 
 
 def show(report: dict[str, Any]) -> None:
-    console = Console(width=136)
+    console = Console(width=150)
     for layout, rows in report["layouts"].items():
         processes, callers = layout.split("x")
         title = f"{processes} process(es) × {callers} callers: first executions"
         table = Table(title=title)
         columns = ("system", "calls/s", "÷ best peer", "÷ best on its store", "÷ its floor")
-        for column in (*columns, "CPU µs/call", "CPU ÷ floor's", "errors", "dup"):
+        cpu = ("CPU µs/call", "CPU ÷ floor's", "machine µs/call")
+        for column in (*columns, *cpu, "errors", "dup"):
             table.add_column(column, justify="left" if column == "system" else "right")
         for system, row in rows.items():
             table.add_row(
@@ -385,6 +407,7 @@ def show(report: dict[str, Any]) -> None:
                 f"{row['vs_floor']:.2f}" if "vs_floor" in row else "",
                 f"{row['cpu_us_per_call']:,.0f}",
                 f"{row['cpu_vs_floor']:.2f}" if "cpu_vs_floor" in row else "",
+                f"{row['machine_us_per_call']:,.0f}",
                 str(row["errors"]),
                 str(row["duplicates"]),
             )
