@@ -336,6 +336,7 @@ def is_busy(error: BaseException) -> bool:
 
 
 def _locked(error: BaseException) -> bool:
+    """SQLite's BUSY as SQLAlchemy raises it: the lock is taken, try again."""
     return isinstance(error, OperationalError) and error.orig is not None and is_busy(error.orig)
 
 

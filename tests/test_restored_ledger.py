@@ -419,10 +419,10 @@ def write_lock_held(file: Path) -> Iterator[None]:
 def test_a_sync_close_under_another_process_s_lock_leaves_no_thread_behind(
     tmp_path: Path,
 ) -> None:
-    """The close's last check waits for the lock within the close's budget, then stops: its
-    wait in SQLite was bounded as well, so no driver thread is left waiting to answer a loop
-    the close has ended (it raised `Event loop is closed` once the lock was free). Nothing is
-    lost: the key is replayed afterwards."""
+    """The close's last check waits for the lock within the close's budget, then stops: it
+    waits on the loop, not in SQLite's busy handler, so no driver thread is left waiting to
+    answer a loop the close has ended (one raised `Event loop is closed` once the lock was
+    free). Nothing is lost: the key is replayed afterwards."""
     file = tmp_path / "ledger.db"
     threads_before = set(threading.enumerate())
     ws = WriteSafe(f"sqlite+aiosqlite:///{file}")
