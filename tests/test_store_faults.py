@@ -357,7 +357,8 @@ async def test_a_redis_reply_that_came_too_late_is_never_read_as_the_next_ones()
     """A command that timed out may still be answered later; its connection must not carry
     that late reply to the next command (a claim would read another key's answer). A Redis of
     the test's own holds every client for 1.5 s (`CLIENT PAUSE … ALL`) while the store waits
-    0.5 s for the claim."""
+    0.5 s for the claim; the next claim goes once the held commands are answered (a fixed sleep
+    for the pause's end timed it out once on a loaded machine)."""
     outcome = CachedOutcome("f" * 64, "submit", 1, 3, "5")
     with private_redis() as url:
         store = RedisKeyStore(url, socket_timeout=0.5, breaker_seconds=0)
@@ -366,7 +367,9 @@ async def test_a_redis_reply_that_came_too_late_is_never_read_as_the_next_ones()
             async with Redis.from_url(url) as admin:  # the store's short timeout is for claims
                 await admin.execute_command("CLIENT", "PAUSE", 1500, "ALL")
             stalled = await store.claim("default", "other", "owner-a/f", 15)
-            await asyncio.sleep(1.5)  # the pause ends: the stalled claim's reply is sent
+            async with Redis.from_url(url) as admin:
+                # Held behind the stalled claim, and answered after it: its late reply is sent.
+                await admin.ping()
             claim = await store.claim("default", "done", "owner-b/f", 15)
         finally:
             await store.close()
