@@ -13,7 +13,8 @@ import sqlite3
 import subprocess
 import threading
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
+from contextlib import AbstractAsyncContextManager
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -445,16 +446,13 @@ def test_a_sync_close_under_another_process_s_lock_leaves_no_thread_behind(
     ws.sync.close()
 
 
-async def test_an_async_close_under_another_process_s_lock_leaves_no_task_behind(
-    tmp_path: Path,
-) -> None:
-    """As above, on the caller's loop: the close ends with no check of its left running."""
-    file = tmp_path / "ledger.db"
-    ws = WriteSafe(f"sqlite+aiosqlite:///{file}")
+async def close_under_a_lock(ws: WriteSafe, lock: AbstractAsyncContextManager[object]) -> None:
+    """A first execution on `ws`, then its close while another connection holds `lock`: the
+    close ends with no check of its left running, and nothing is lost (the key replays)."""
     shop = Shop()
     tool = shop.guard(ws)
     await tool("A1", idempotency_key="order-1")
-    with write_lock_held(file):
+    async with lock:
         await ws.close()
         assert asyncio.all_tasks() == {asyncio.current_task()}
     assert await tool("A1", idempotency_key="order-1") == {"order": "order-1"}
@@ -462,26 +460,38 @@ async def test_an_async_close_under_another_process_s_lock_leaves_no_task_behind
     await ws.close()
 
 
+async def test_an_async_close_under_another_process_s_lock_leaves_no_task_behind(
+    tmp_path: Path,
+) -> None:
+    """The sync test above, on the caller's loop."""
+    file = tmp_path / "ledger.db"
+
+    @contextlib.asynccontextmanager
+    async def locked() -> AsyncIterator[None]:
+        with write_lock_held(file):
+            yield
+
+    await close_under_a_lock(WriteSafe(f"sqlite+aiosqlite:///{file}"), locked())
+
+
 async def test_a_postgres_close_under_another_session_s_lock_leaves_no_task_behind(
     pg_schema: str,
 ) -> None:
     """On PostgreSQL the check's wait for the state row another session holds ends when it is
-    cancelled: the close ends with no check of its left running, and nothing is lost."""
-    ws = WriteSafe(PG_URL, schema=pg_schema, auto_migrate=True)
-    shop = Shop()
-    tool = shop.guard(ws)
-    await tool("A1", idempotency_key="order-1")
-    holder = await asyncpg.connect(asyncpg_dsn())
-    try:
-        async with holder.transaction():
-            await holder.execute(f"SELECT 1 FROM {pg_schema}.writesafe_ledger_state FOR UPDATE")
-            await ws.close()
-            assert asyncio.all_tasks() == {asyncio.current_task()}
-    finally:
-        await holder.close()
-    assert await tool("A1", idempotency_key="order-1") == {"order": "order-1"}
-    assert shop.effects == {"order-1": 1}
-    await ws.close()
+    cancelled."""
+
+    @contextlib.asynccontextmanager
+    async def locked() -> AsyncIterator[None]:
+        holder = await asyncpg.connect(asyncpg_dsn())
+        try:
+            async with holder.transaction():
+                table = f"{pg_schema}.writesafe_ledger_state"
+                await holder.execute(f"SELECT 1 FROM {table} FOR UPDATE")
+                yield
+        finally:
+            await holder.close()
+
+    await close_under_a_lock(WriteSafe(PG_URL, schema=pg_schema, auto_migrate=True), locked())
 
 
 async def test_a_check_a_call_left_waiting_for_the_lock_is_stopped_by_the_close(
