@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import sqlite3
-from collections.abc import AsyncIterator, Mapping
+import time
+from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
@@ -15,7 +17,13 @@ from sqlalchemy import Engine, event
 from sqlalchemy.engine import URL, make_url
 from sqlalchemy.exc import ArgumentError, OperationalError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
-from tenacity import AsyncRetrying, retry_if_exception, stop_after_delay, wait_random_exponential
+from tenacity import (
+    AsyncRetrying,
+    Retrying,
+    retry_if_exception,
+    stop_after_delay,
+    wait_random_exponential,
+)
 
 DEFAULT_DATABASE_URL = "sqlite+aiosqlite:///writesafe.db"
 
@@ -276,18 +284,16 @@ def connect_sqlite(path: Path, *, check_same_thread: bool = True) -> sqlite3.Con
     return connection
 
 
-def configure_sqlite_connection(dbapi_connection: Any) -> None:
-    """WAL, durable commits, foreign keys and a busy wait, on a new driver connection."""
+def configure_sqlite_connection(
+    dbapi_connection: Any, sleep: Callable[[float], None] = time.sleep
+) -> None:
+    """WAL, durable commits, foreign keys and a busy wait, on a new driver connection; `sleep`
+    makes the waits for another connection's switch to WAL (`_switch_to_wal`)."""
     # Take transaction control from the driver, so that each transaction begins as we say
     # (the engine's: IMMEDIATE for a write, deferred for a read; the writer's: IMMEDIATE).
     dbapi_connection.isolation_level = None
     cursor = dbapi_connection.cursor()
-    # WAL is kept in the file: switch only a file that is not in it yet. The switch needs the
-    # file to itself, and SQLite answers "database is locked" at once rather than wait, so
-    # instances starting together each asking for it could refuse one another.
-    cursor.execute("PRAGMA journal_mode")
-    if cursor.fetchone()[0].lower() != "wal":
-        cursor.execute("PRAGMA journal_mode=WAL")
+    _switch_to_wal(cursor, sleep)
     # FULL: a committed intent survives power loss, which is the whole point of recording it.
     cursor.execute("PRAGMA synchronous=FULL")
     cursor.execute("PRAGMA foreign_keys=ON")
@@ -295,10 +301,33 @@ def configure_sqlite_connection(dbapi_connection: Any) -> None:
     cursor.close()
 
 
+def _switch_to_wal(cursor: Any, sleep: Callable[[float], None]) -> None:
+    """Put a file that is not in WAL yet into it (WAL is kept in the file). The switch takes the
+    file's write lock, and SQLite refuses it at once, with no busy wait, while another connection
+    holds that lock: instances opening a new file together would refuse one another. So it is
+    tried again after short sleeps, reading the mode each time, as another may have switched."""
+    retrying = Retrying(
+        stop=stop_after_delay(SQLITE_BUSY_TIMEOUT),
+        wait=_LOCK_RETRY_WAIT,
+        retry=retry_if_exception(is_busy),
+        sleep=sleep,
+        reraise=True,
+    )
+    for attempt in retrying:
+        with attempt:
+            cursor.execute("PRAGMA journal_mode")
+            if cursor.fetchone()[0].lower() != "wal":
+                cursor.execute("PRAGMA journal_mode=WAL")
+
+
 def _configure_sqlite(engine: Engine) -> None:
     @event.listens_for(engine, "connect")
     def _configure(dbapi_connection: Any, _record: Any) -> None:
-        configure_sqlite_connection(dbapi_connection)
+        # The engine opens connections on the event loop: its waits are made there.
+        def sleep(seconds: float) -> None:
+            dbapi_connection.run_async(lambda _driver: asyncio.sleep(seconds))
+
+        configure_sqlite_connection(dbapi_connection, sleep)
 
     @event.listens_for(engine, "begin")
     def _begin(conn: Any) -> None:
@@ -340,8 +369,9 @@ def _locked(error: BaseException) -> bool:
     return isinstance(error, OperationalError) and error.orig is not None and is_busy(error.orig)
 
 
-# The waits between tries of a write transaction's BEGIN on the event loop (`write_transaction`):
-# short, as a commit holds the lock briefly, at random so that waiters do not retry in step.
+# The waits between tries for SQLite's write lock where no busy wait is made (a write
+# transaction's BEGIN in `write_transaction`, the switch to WAL in `_switch_to_wal`): short, as
+# the lock is held briefly, at random so that waiters do not retry in step.
 _LOCK_RETRY_WAIT = wait_random_exponential(multiplier=1e-3, max=0.05)
 
 
