@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import sqlite3
 import time
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
@@ -16,9 +15,8 @@ from uuid import uuid4
 from sqlalchemy import Engine, event
 from sqlalchemy.engine import URL, make_url
 from sqlalchemy.exc import ArgumentError, OperationalError
-from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
+from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 from tenacity import (
-    AsyncRetrying,
     Retrying,
     retry_if_exception,
     stop_after_delay,
@@ -37,9 +35,12 @@ _BUSY_TIMEOUT_MS = int(SQLITE_BUSY_TIMEOUT * 1000)
 # The execution option that marks a read-only transaction (`reader`).
 _READ_ONLY = "writesafe_read_only"
 
-# The execution option that sets a transaction's busy wait for SQLite's write lock in ms
-# (`write_transaction`: none), and the connection's `info` entry that holds its busy wait now.
+# The execution option that bounds a write transaction's wait for SQLite's write lock in seconds
+# (`with_lock_wait`; unset: `SQLITE_BUSY_TIMEOUT`, as long as any write).
 _LOCK_WAIT = "writesafe_lock_wait"
+
+# The connection's `info` entry that holds its busy wait now, in ms (`_set_busy_wait`).
+_BUSY_WAIT = "writesafe_busy_wait"
 
 
 class UnsupportedDatabase(ValueError):
@@ -323,29 +324,57 @@ def _switch_to_wal(cursor: Any, sleep: Callable[[float], None]) -> None:
 def _configure_sqlite(engine: Engine) -> None:
     @event.listens_for(engine, "connect")
     def _configure(dbapi_connection: Any, _record: Any) -> None:
-        # The engine opens connections on the event loop: its waits are made there.
-        def sleep(seconds: float) -> None:
-            dbapi_connection.run_async(lambda _driver: asyncio.sleep(seconds))
-
-        configure_sqlite_connection(dbapi_connection, sleep)
+        configure_sqlite_connection(dbapi_connection, _sleep_on_the_loop(dbapi_connection))
 
     @event.listens_for(engine, "begin")
     def _begin(conn: Any) -> None:
         # A deferred transaction that reads then writes fails with SQLITE_BUSY instead of waiting;
         # taking the write lock up front makes claims queue behind each other. One that only
-        # reads (`reader`) needs no lock a writer holds (WAL), so it takes none.
+        # reads (`reader`) needs no lock a writer holds (WAL), so it takes none; it keeps the
+        # busy wait for the brief locks a WAL reader can meet (a recovery, a last close).
         options = conn.get_execution_options()
         if options.get(_READ_ONLY, False):
+            _set_busy_wait(conn, _BUSY_TIMEOUT_MS)
             conn.exec_driver_sql("BEGIN")
             return
-        # The busy wait is set only where the connection's last write waited otherwise: no
-        # statement more for the transactions that wait as long as any write.
-        wait = options.get(_LOCK_WAIT, _BUSY_TIMEOUT_MS)
-        info = conn.connection.info
-        if info.get(_LOCK_WAIT, _BUSY_TIMEOUT_MS) != wait:
-            conn.exec_driver_sql(f"PRAGMA busy_timeout={wait}")
-            info[_LOCK_WAIT] = wait
-        conn.exec_driver_sql("BEGIN IMMEDIATE")
+        _set_busy_wait(conn, 0)
+        _begin_immediate(conn, options.get(_LOCK_WAIT, SQLITE_BUSY_TIMEOUT))
+
+
+def _begin_immediate(conn: Any, lock_wait: float) -> None:
+    """BEGIN IMMEDIATE, waiting up to `lock_wait` seconds for the write lock on the event loop,
+    not in the driver's thread: tried with no busy wait, and again after each short sleep.
+    Cancelled, the wait ends at once, where a thread in SQLite's busy handler waits on (not even
+    `sqlite3`'s interrupt() ends that) and answers a loop that may be closed by then."""
+    retrying = Retrying(
+        stop=stop_after_delay(lock_wait),
+        wait=_LOCK_RETRY_WAIT,
+        retry=retry_if_exception(_locked),
+        sleep=_sleep_on_the_loop(conn.connection.dbapi_connection),
+        reraise=True,
+    )
+    for attempt in retrying:
+        with attempt:
+            conn.exec_driver_sql("BEGIN IMMEDIATE")
+
+
+def _sleep_on_the_loop(driver: Any) -> Callable[[float], None]:
+    """A sleep for the engine's hooks: they run on the event loop (in SQLAlchemy's greenlet), so
+    they sleep there, and a cancelled task's sleep ends at once."""
+
+    def sleep(seconds: float) -> None:
+        driver.run_async(lambda _: asyncio.sleep(seconds))
+
+    return sleep
+
+
+def _set_busy_wait(conn: Any, milliseconds: int) -> None:
+    """SQLite's busy wait on `conn`, set only where it is not already: a pooled connection that
+    serves writes alone, or reads alone, makes no statement for it."""
+    info = conn.connection.info
+    if info.get(_BUSY_WAIT, _BUSY_TIMEOUT_MS) != milliseconds:
+        conn.exec_driver_sql(f"PRAGMA busy_timeout={milliseconds}")
+        info[_BUSY_WAIT] = milliseconds
 
 
 def reader(engine: AsyncEngine) -> AsyncEngine:
@@ -354,6 +383,12 @@ def reader(engine: AsyncEngine) -> AsyncEngine:
     the write lock for as long as it lasts. No write goes through it: a deferred transaction that
     turns to writing may fail with SQLITE_BUSY instead of waiting for the lock."""
     return engine.execution_options(**{_READ_ONLY: True})
+
+
+def with_lock_wait(engine: AsyncEngine, seconds: float) -> AsyncEngine:
+    """`engine` for writes that wait at most `seconds` for SQLite's write lock (any other waits
+    `SQLITE_BUSY_TIMEOUT`). Nothing changes on PostgreSQL, where cancelling ends a wait."""
+    return engine.execution_options(**{_LOCK_WAIT: seconds})
 
 
 def is_busy(error: BaseException) -> bool:
@@ -369,35 +404,7 @@ def _locked(error: BaseException) -> bool:
     return isinstance(error, OperationalError) and error.orig is not None and is_busy(error.orig)
 
 
-# The waits between tries for SQLite's write lock where no busy wait is made (a write
-# transaction's BEGIN in `write_transaction`, the switch to WAL in `_switch_to_wal`): short, as
-# the lock is held briefly, at random so that waiters do not retry in step.
+# The waits between tries for SQLite's write lock, which is never waited for in the driver's
+# thread (a write transaction's BEGIN, `_begin_immediate`; the switch to WAL, `_switch_to_wal`):
+# short, as the lock is held briefly, at random so that waiters do not retry in step.
 _LOCK_RETRY_WAIT = wait_random_exponential(multiplier=1e-3, max=0.05)
-
-
-@contextlib.asynccontextmanager
-async def write_transaction(
-    engine: AsyncEngine, lock_wait: float | None = None
-) -> AsyncIterator[AsyncConnection]:
-    """`engine.begin()`, but on SQLite the wait for the write lock is made on the event loop,
-    for `lock_wait` seconds (None: `SQLITE_BUSY_TIMEOUT`, as any write), not in the driver's
-    thread: BEGIN is tried with no busy wait, and again after each short sleep. Cancelled, it
-    stops waiting at once, where a thread in SQLite's busy handler would wait on (not even
-    `sqlite3`'s interrupt() ends that) and answer a loop that may be closed by then. On
-    PostgreSQL cancelling a statement ends its wait: this is `engine.begin()` there."""
-    retrying = AsyncRetrying(
-        stop=stop_after_delay(SQLITE_BUSY_TIMEOUT if lock_wait is None else lock_wait),
-        wait=_LOCK_RETRY_WAIT,
-        retry=retry_if_exception(_locked),
-        reraise=True,
-    )
-    async with engine.execution_options(**{_LOCK_WAIT: 0}).connect() as conn:
-        async for attempt in retrying:
-            with attempt:
-                transaction = await conn.begin()
-        try:
-            yield conn
-        except BaseException:
-            await transaction.rollback()
-            raise
-        await transaction.commit()

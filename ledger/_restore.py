@@ -28,7 +28,7 @@ from sqlalchemy import Table, select, text, update
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from writesafe.ledger._engine import reader, write_transaction
+from writesafe.ledger._engine import reader, with_lock_wait
 from writesafe.ledger._ledger import Ledger
 from writesafe.ledger._models import LedgerState
 from writesafe.ledger._writer import operations
@@ -174,8 +174,7 @@ async def check_restored(
 ) -> Restored | None:
     """The open restore of `ledger`, detecting one from `marks` and the timeline; else count a
     check, raise the marks to the ledger's level and return None. `lock_wait`: how long its
-    write may wait for SQLite's lock (None: as long as any write), a wait that cancelling the
-    check ends (`write_transaction`).
+    write may wait for SQLite's lock (None: as long as any write).
 
     The marks are read before the ledger: a mark is raised only after what it says was
     committed, so a concurrent check never makes the ledger look behind. A restore is recorded
@@ -185,7 +184,8 @@ async def check_restored(
         ledger_id = (await conn.execute(select(_state.c.ledger_id).where(_ROW))).scalar_one()
     readings = [(mark, await mark.read(ledger_id)) for mark in marks]
     timeline = await _timeline(ledger)
-    async with write_transaction(ledger.engine, lock_wait) as conn:
+    engine = ledger.engine if lock_wait is None else with_lock_wait(ledger.engine, lock_wait)
+    async with engine.begin() as conn:
         state = await _read(conn)
         now = await ledger.now_in(conn)  # not a second connection: the budget may be one
         if state.restored is not None and state.restored.closes_at > now:

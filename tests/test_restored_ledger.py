@@ -9,11 +9,10 @@ import asyncio
 import contextlib
 import json
 import shutil
-import sqlite3
 import subprocess
 import threading
 from collections import Counter
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -24,11 +23,11 @@ import pytest
 from redis.asyncio import Redis
 from sqlalchemy import text
 from sqlalchemy.engine import make_url
-from sqlalchemy.ext.asyncio import AsyncConnection
 from typer.testing import CliRunner, Result
 
 from tests.conftest import PG_URL, REDIS_URL, asyncpg_dsn
 from tests.test_cli_errors import DOWN, one_line_error
+from tests.test_sqlite_lock_waits import write_lock_held
 from writesafe import Found, NotFound, Unknown, WriteSafe, WriteSafeError
 from writesafe.cli import app as cli
 from writesafe.idempotency import WriteSafeSettings
@@ -42,7 +41,7 @@ from writesafe.ledger import (
     prune,
     restored_state,
 )
-from writesafe.ledger._engine import SQLITE_BUSY_TIMEOUT, create_engine, write_transaction
+from writesafe.ledger._engine import SQLITE_BUSY_TIMEOUT
 
 KEYS = [f"order-{n}" for n in range(100)]
 SIDE_FILES = ("-wal", "-shm")
@@ -405,18 +404,6 @@ def test_a_restore_closes_by_itself_after_the_retention_period(tmp_path: Path) -
     asyncio.run(scenario())
 
 
-@contextlib.contextmanager
-def write_lock_held(file: Path) -> Iterator[None]:
-    """The embedded ledger's write lock, held by a connection of another "process"."""
-    holder = sqlite3.connect(file, isolation_level=None)
-    try:
-        holder.execute("BEGIN IMMEDIATE")
-        yield
-        holder.execute("COMMIT")
-    finally:
-        holder.close()
-
-
 def test_a_sync_close_under_another_process_s_lock_leaves_no_thread_behind(
     tmp_path: Path,
 ) -> None:
@@ -510,20 +497,3 @@ async def test_a_check_a_call_left_waiting_for_the_lock_is_stopped_by_the_close(
             await ws.close()
         assert left.done()
         assert asyncio.all_tasks() == {asyncio.current_task()}
-
-
-async def test_a_write_transaction_s_lock_wait_is_its_own_alone(tmp_path: Path) -> None:
-    """`write_transaction` waits for the lock on the event loop, with no busy wait in SQLite; the
-    next write on the same pooled connection waits in SQLite's busy handler again."""
-    engine = create_engine(f"sqlite+aiosqlite:///{tmp_path / 'ledger.db'}")
-
-    async def busy_wait(conn: AsyncConnection) -> int:
-        return int((await conn.exec_driver_sql("PRAGMA busy_timeout")).scalar_one())
-
-    try:
-        async with write_transaction(engine) as conn:
-            assert await busy_wait(conn) == 0
-        async with engine.begin() as conn:
-            assert await busy_wait(conn) == SQLITE_BUSY_TIMEOUT * 1000
-    finally:
-        await engine.dispose()
