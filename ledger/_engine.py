@@ -14,7 +14,7 @@ from uuid import uuid4
 
 from sqlalchemy import Engine, event
 from sqlalchemy.engine import URL, make_url
-from sqlalchemy.exc import ArgumentError, OperationalError
+from sqlalchemy.exc import ArgumentError
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 from tenacity import (
     Retrying,
@@ -38,6 +38,11 @@ _READ_ONLY = "writesafe_read_only"
 # The execution option that bounds a write transaction's wait for SQLite's write lock in seconds
 # (`with_lock_wait`; unset: `SQLITE_BUSY_TIMEOUT`, as long as any write).
 _LOCK_WAIT = "writesafe_lock_wait"
+
+# SQLite's busy wait for one try of a write transaction's BEGIN IMMEDIATE (ms): long enough that
+# SQLite's own waits do nearly all the waiting (waiting on the event loop between quick tries
+# instead cost a third of the writes under contention), short enough for a close to wait out.
+_TRY_MS = 200
 
 # The connection's `info` entry that holds its busy wait now, in ms (`_set_busy_wait`).
 _BUSY_WAIT = "writesafe_busy_wait"
@@ -302,6 +307,11 @@ def configure_sqlite_connection(
     cursor.close()
 
 
+# The sleeps between tries of the switch to WAL: short, as the lock is held briefly, at random so
+# that instances opening a new file together do not try again in step.
+_WAL_RETRY_WAIT = wait_random_exponential(multiplier=1e-3, max=0.05)
+
+
 def _switch_to_wal(cursor: Any, sleep: Callable[[float], None]) -> None:
     """Put a file that is not in WAL yet into it (WAL is kept in the file). The switch takes the
     file's write lock, and SQLite refuses it at once, with no busy wait, while another connection
@@ -309,7 +319,7 @@ def _switch_to_wal(cursor: Any, sleep: Callable[[float], None]) -> None:
     tried again after short sleeps, reading the mode each time, as another may have switched."""
     retrying = Retrying(
         stop=stop_after_delay(SQLITE_BUSY_TIMEOUT),
-        wait=_LOCK_RETRY_WAIT,
+        wait=_WAL_RETRY_WAIT,
         retry=retry_if_exception(is_busy),
         sleep=sleep,
         reraise=True,
@@ -337,25 +347,34 @@ def _configure_sqlite(engine: Engine) -> None:
             _set_busy_wait(conn, _BUSY_TIMEOUT_MS)
             conn.exec_driver_sql("BEGIN")
             return
-        _set_busy_wait(conn, 0)
+        _set_busy_wait(conn, _TRY_MS)
         _begin_immediate(conn, options.get(_LOCK_WAIT, SQLITE_BUSY_TIMEOUT))
 
 
 def _begin_immediate(conn: Any, lock_wait: float) -> None:
-    """BEGIN IMMEDIATE, waiting up to `lock_wait` seconds for the write lock on the event loop,
-    not in the driver's thread: tried with no busy wait, and again after each short sleep.
-    Cancelled, the wait ends at once, where a thread in SQLite's busy handler waits on (not even
-    `sqlite3`'s interrupt() ends that) and answers a loop that may be closed by then."""
-    retrying = Retrying(
-        stop=stop_after_delay(lock_wait),
-        wait=_LOCK_RETRY_WAIT,
-        retry=retry_if_exception(_locked),
-        sleep=_sleep_on_the_loop(conn.connection.dbapi_connection),
-        reraise=True,
-    )
-    for attempt in retrying:
-        with attempt:
-            conn.exec_driver_sql("BEGIN IMMEDIATE")
+    """BEGIN IMMEDIATE, waiting about `lock_wait` seconds for the write lock in tries of
+    `_TRY_MS`. SQLite's busy wait is the cheapest wait there is (its thread sleeps and tries the
+    lock again), but a thread in it waits out its whole timeout whatever its caller does (not
+    even `sqlite3`'s interrupt() ends it): a cancelled write left the driver's thread waiting for
+    30 s, and a ledger closed meanwhile left it behind to answer a loop that had ended. A try
+    ends within `_TRY_MS`, and the close waits for that."""
+    cursor = conn.connection.dbapi_connection.cursor()
+    try:
+        try:
+            cursor.execute("BEGIN IMMEDIATE")
+        except sqlite3.OperationalError as error:
+            if not is_busy(error):
+                raise
+            retrying = Retrying(
+                stop=stop_after_delay(max(lock_wait - _TRY_MS / 1000, 0)),
+                retry=retry_if_exception(is_busy),
+                reraise=True,
+            )
+            for attempt in retrying:
+                with attempt:
+                    cursor.execute("BEGIN IMMEDIATE")
+    finally:
+        cursor.close()
 
 
 def _sleep_on_the_loop(driver: Any) -> Callable[[float], None]:
@@ -397,14 +416,3 @@ def is_busy(error: BaseException) -> bool:
         isinstance(error, sqlite3.OperationalError)
         and error.sqlite_errorcode & 0xFF == sqlite3.SQLITE_BUSY
     )
-
-
-def _locked(error: BaseException) -> bool:
-    """SQLite's BUSY as SQLAlchemy raises it: the lock is taken, try again."""
-    return isinstance(error, OperationalError) and error.orig is not None and is_busy(error.orig)
-
-
-# The waits between tries for SQLite's write lock, which is never waited for in the driver's
-# thread (a write transaction's BEGIN, `_begin_immediate`; the switch to WAL, `_switch_to_wal`):
-# short, as the lock is held briefly, at random so that waiters do not retry in step.
-_LOCK_RETRY_WAIT = wait_random_exponential(multiplier=1e-3, max=0.05)
