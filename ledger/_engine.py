@@ -14,7 +14,7 @@ from uuid import uuid4
 
 from sqlalchemy import Engine, event
 from sqlalchemy.engine import URL, make_url
-from sqlalchemy.exc import ArgumentError
+from sqlalchemy.exc import ArgumentError, DBAPIError
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 from tenacity import (
     Retrying,
@@ -357,7 +357,9 @@ def _begin_immediate(conn: Any, lock_wait: float) -> None:
     lock again), but a thread in it waits out its whole timeout whatever its caller does (not
     even `sqlite3`'s interrupt() ends it): a cancelled write left the driver's thread waiting for
     30 s, and a ledger closed meanwhile left it behind to answer a loop that had ended. A try
-    ends within `_TRY_MS`, and the close waits for that."""
+    ends within `_TRY_MS`, and the close waits for that. On the driver's own cursor, so a busy
+    try costs no more (through SQLAlchemy it is also rolled back); what it finally raises is
+    raised as SQLAlchemy raises a statement's error, which every caller of the ledger expects."""
     cursor = conn.connection.dbapi_connection.cursor()
     try:
         try:
@@ -373,6 +375,8 @@ def _begin_immediate(conn: Any, lock_wait: float) -> None:
             for attempt in retrying:
                 with attempt:
                     cursor.execute("BEGIN IMMEDIATE")
+    except sqlite3.Error as error:
+        raise DBAPIError.instance("BEGIN IMMEDIATE", None, error, sqlite3.Error) from error
     finally:
         cursor.close()
 

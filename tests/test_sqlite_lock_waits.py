@@ -1,4 +1,5 @@
-"""The engine's waits for the embedded ledger's write lock end soon after their caller is gone.
+"""The engine's waits for the embedded ledger's write lock: over soon after their caller is gone,
+and failing, when the lock stays taken, as any statement of the ledger fails.
 
 A thread in SQLite's busy handler waits out its busy timeout (30 s) whatever its caller does:
 neither a cancelled task nor `sqlite3`'s interrupt() ends it. So a write transaction's BEGIN
@@ -15,11 +16,21 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import pytest
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from writesafe.idempotency._recording import LEDGER_ERRORS
 from writesafe.ledger import Ledger
 from writesafe.ledger._api_keys import Role
-from writesafe.ledger._engine import _TRY_MS, SQLITE_BUSY_TIMEOUT, create_engine, reader
+from writesafe.ledger._engine import (
+    _TRY_MS,
+    SQLITE_BUSY_TIMEOUT,
+    create_engine,
+    reader,
+    with_lock_wait,
+)
+from writesafe.reconciler._causes import LedgerCause
+from writesafe.reconciler._ledger_causes import ledger_failure
 
 
 @contextlib.contextmanager
@@ -84,5 +95,24 @@ async def test_a_write_waits_for_the_lock_in_short_tries_and_a_read_keeps_the_lo
             reading = await busy_wait(conn)
         assert writing[0] is reading[0]
         assert (writing[1], reading[1]) == (_TRY_MS, SQLITE_BUSY_TIMEOUT * 1000)
+    finally:
+        await engine.dispose()
+
+
+async def test_a_write_that_waited_out_its_lock_wait_fails_as_the_ledger_s_callers_expect(
+    tmp_path: Path,
+) -> None:
+    """SQLAlchemy's OperationalError, as any statement's, so that every `except` of a ledger
+    failure takes it (`LEDGER_ERRORS`) and calls it busy: the driver's own error, escaping from
+    the tries, was none of those and reached callers unclassified."""
+    file = tmp_path / "ledger.db"
+    engine = create_engine(f"sqlite+aiosqlite:///{file}")
+    try:
+        async with engine.begin():
+            pass  # the file, in WAL
+        with write_lock_held(file), pytest.raises(LEDGER_ERRORS) as refused:
+            async with with_lock_wait(engine, 2 * _TRY_MS / 1000).begin():
+                pass
+        assert ledger_failure(refused.value).cause is LedgerCause.BUSY
     finally:
         await engine.dispose()
