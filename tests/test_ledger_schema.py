@@ -18,6 +18,7 @@ from sqlalchemy import Connection
 from typer.testing import CliRunner
 
 from tests.conftest import PG_URL, asyncpg_dsn, fresh_schema
+from tests.test_sqlite_lock_waits import write_lock_held
 from writesafe import WriteSafe
 from writesafe.cli import app
 from writesafe.ledger import Base, Ledger, LedgerNotMigrated, head_revision
@@ -70,20 +71,6 @@ async def test_embedded_default_creates_its_wal_file_by_itself(tmp_path: Path) -
         assert connection.execute("PRAGMA journal_mode").fetchone() == ("wal",)
 
 
-@contextlib.contextmanager
-def _write_lock_on_a_new_file(path: Path) -> Iterator[sqlite3.Connection]:
-    """A file not in WAL yet whose write lock another connection holds, as another instance
-    does for a moment while it puts the file into WAL; committed on leaving."""
-    holder = sqlite3.connect(path, isolation_level=None)
-    try:
-        holder.execute("BEGIN IMMEDIATE")
-        holder.execute("CREATE TABLE elsewhere (n INTEGER)")
-        yield holder
-        holder.execute("COMMIT")
-    finally:
-        holder.close()
-
-
 async def _loop_turns(seconds: float) -> int:
     """How many times a task sleeping 1 ms at a time woke in `seconds`."""
     turns, end = 0, time.monotonic() + seconds
@@ -102,14 +89,16 @@ def _journal_mode(path: Path) -> str:
 async def test_a_ledger_opening_a_file_another_is_switching_to_wal_waits_on_the_loop(
     tmp_path: Path,
 ) -> None:
-    """SQLite refuses the switch at once while another holds the file's write lock: instances
+    """A new file, not in WAL yet, whose write lock another connection holds, as an instance
+    does for a moment while it puts the file into WAL. SQLite refuses the switch at once then:
+    instances
     starting together on a new file refused one another (TEMP_UNAVAILABLE at start). The wait
     is made on the event loop and leaves it free: sleeping in the driver's connect hook would
     hold it for up to 50 ms a try (then it turned about every 20 ms; now every 1-2 ms)."""
     path = tmp_path / "new.db"
     ledger = Ledger.from_url(f"sqlite+aiosqlite:///{path}")
     try:
-        with _write_lock_on_a_new_file(path):
+        with write_lock_held(path):
             migrating = asyncio.create_task(ledger.migrate())
             turns = await _loop_turns(seconds=1.0)
             assert not migrating.done()
@@ -130,7 +119,7 @@ def test_a_driver_connection_opening_a_file_another_is_switching_to_wal_waits(
         with contextlib.closing(connect_sqlite(path)) as connection:
             modes.append(connection.execute("PRAGMA journal_mode").fetchone()[0])
 
-    with _write_lock_on_a_new_file(path):
+    with write_lock_held(path):
         opening = threading.Thread(target=open_the_file)
         opening.start()
         opening.join(timeout=0.2)
