@@ -72,6 +72,10 @@ async def test_a_write_cancelled_while_another_process_holds_the_lock_leaves_no_
         closing = time.monotonic()
         await ledger.close()
         assert time.monotonic() - closing < bound
+        # A driver thread told to stop ends a moment after the close: give it that moment, with
+        # the lock still held, which one stuck in SQLite's busy wait could not use.
+        for thread in set(threading.enumerate()) - threads_before:
+            thread.join(timeout=bound)
         assert set(threading.enumerate()) <= threads_before
     assert await ledger.api_keys().list() == []
     await ledger.close()
