@@ -362,7 +362,7 @@ def _begin_immediate(conn: Any, lock_wait: float) -> None:
     raised as SQLAlchemy raises a statement's error, which every caller of the ledger expects."""
     cursor = conn.connection.dbapi_connection.cursor()
     try:
-        try:
+        try:  # the lock free within a try, as nearly always: no retry policy is built
             cursor.execute("BEGIN IMMEDIATE")
         except sqlite3.OperationalError as error:
             if not is_busy(error):
@@ -382,8 +382,8 @@ def _begin_immediate(conn: Any, lock_wait: float) -> None:
 
 
 def _sleep_on_the_loop(driver: Any) -> Callable[[float], None]:
-    """A sleep for the engine's hooks: they run on the event loop (in SQLAlchemy's greenlet), so
-    they sleep there, and a cancelled task's sleep ends at once."""
+    """A sleep for the engine's connect hook: it runs on the event loop (in SQLAlchemy's
+    greenlet), so it sleeps there, and a cancelled task's sleep ends at once."""
 
     def sleep(seconds: float) -> None:
         driver.run_async(lambda _: asyncio.sleep(seconds))

@@ -408,7 +408,7 @@ def test_a_sync_close_under_another_process_s_lock_leaves_no_thread_behind(
     tmp_path: Path,
 ) -> None:
     """The close's last check waits for the lock within the close's budget, then stops: it
-    waits on the loop, not in SQLite's busy handler, so no driver thread is left waiting to
+    waits in short tries, not one 30 s busy wait, so no driver thread is left waiting to
     answer a loop the close has ended (one raised `Event loop is closed` once the lock was
     free). Nothing is lost: the key is replayed afterwards."""
     file = tmp_path / "ledger.db"
@@ -485,8 +485,8 @@ async def test_a_check_a_call_left_waiting_for_the_lock_is_stopped_by_the_close(
     tmp_path: Path,
 ) -> None:
     """A check that waits for the lock as long as any write (one a first execution started,
-    whose caller went away) waits on the event loop, where the close's cancellation ends it: the
-    close takes its own budget, not the 30 s of SQLite's busy wait."""
+    whose caller went away) waits in tries of SQLite's busy wait short enough for the close's
+    cancellation to end it: the close takes its own budget, not the 30 s of one busy wait."""
     file = tmp_path / "ledger.db"
     ws = WriteSafe(f"sqlite+aiosqlite:///{file}")
     await Shop().guard(ws)("A1", idempotency_key="order-1")
