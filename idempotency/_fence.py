@@ -6,8 +6,8 @@ execution carries a fence whose deadline is derived from the last *confirmed* le
 margin, on this process's monotonic clock. Checking it is local and costs no I/O, so a tool (or
 the httpx integration) checks it immediately before every send. The same deadline bounds the
 tool's task: when it passes, or a renewal is refused, the task is cancelled. The tool's own
-timeout shares that one timer (`run_for`): an `asyncio.timeout` costs about 30k instructions a
-call (its timer handle and the heap's Python comparisons), a tenth of the guard's own work.
+timeout shares that deadline (`running`), and the deadlines of every run on the loop share one
+timer (`RunDeadlines`): a timer per run is about 30k instructions a call.
 """
 
 from __future__ import annotations
@@ -16,6 +16,8 @@ import asyncio
 import math
 import time
 from types import TracebackType
+
+from writesafe.idempotency._run_deadlines import RunDeadlines
 
 MARGIN_FRACTION = 0.2
 """The part of a lease the fence gives up: it closes this much before the lease can expire."""
@@ -49,9 +51,9 @@ class Fence:
         self._lease = lease_seconds
         self._deadline = leased_at + lease_seconds * (1 - MARGIN_FRACTION)
         self._sends = 0  # sends admitted and not withdrawn: each may have gone out
-        self._scope: asyncio.Timeout | None = None  # while the tool runs inside the fence
+        self._run: _Run | None = None  # while the tool runs inside the fence
         self._limit = math.inf  # the loop time the tool's own timeout ends the run inside
-        self._limit_first = False  # the run's timer is set for the tool's timeout, not the fence
+        self._limit_first = False  # the run's deadline is the tool's timeout, not the fence's
         self._ended_task = False
         self._timed_out = False
 
@@ -98,46 +100,46 @@ class Fence:
         self._deadline = -math.inf
         self._reschedule()
 
-    def run_for(self, timeout: float | None) -> Fence:
-        """Bound the next run inside the fence (`async with`) by the tool's `timeout` (seconds from
-        now; None: no timeout) as well: its task is cancelled at whichever comes first."""
+    def running(self, deadlines: RunDeadlines, timeout: float | None) -> Fence:
+        """Run the tool inside the fence (`with`): its task is cancelled when the fence closes,
+        or when its `timeout` (seconds from now; None: none) runs out, whichever comes first;
+        the loop's `deadlines` keep the time."""
         self._limit = math.inf if timeout is None else asyncio.get_running_loop().time() + timeout
+        self._run = _Run(deadlines)
         return self
 
-    async def __aenter__(self) -> Fence:
-        """Run the tool inside the fence: its task is cancelled when the fence closes, or when
-        the timeout `run_for` gave runs out."""
-        self._scope = asyncio.timeout_at(self._run_deadline())
-        await self._scope.__aenter__()
+    def __enter__(self) -> Fence:
+        run = self._run
+        assert run is not None, "entered through `running`"
+        run.start(self._run_deadline())
         return self
 
-    async def __aexit__(
+    def __exit__(
         self,
         exc_type: type[BaseException] | None,
         exc: BaseException | None,
         traceback: TracebackType | None,
     ) -> None:
-        scope, self._scope = self._scope, None
-        assert scope is not None
-        try:
-            await scope.__aexit__(exc_type, exc, traceback)
-        finally:
-            expired = scope.expired()
-            self._ended_task = expired and not self._limit_first
-            self._timed_out = expired and self._limit_first
-            self._limit = math.inf
+        run, self._run = self._run, None
+        assert run is not None
+        expired = run.expired
+        self._ended_task = expired and not self._limit_first
+        self._timed_out = expired and self._limit_first
+        self._limit = math.inf
+        if run.stop() and exc_type is asyncio.CancelledError:
+            raise TimeoutError from exc  # as `asyncio.timeout` does: the run's cancel was ours
 
     def closed_the_task(self) -> bool:
         """True when the fence, not the tool, ended the last run inside it."""
         return self._ended_task
 
     def timed_out(self) -> bool:
-        """True when the tool's timeout (`run_for`) ended the last run inside the fence."""
+        """True when the tool's timeout (`running`) ended the last run inside the fence."""
         return self._timed_out
 
     def _reschedule(self) -> None:
-        if self._scope is not None and not self._scope.expired():
-            self._scope.reschedule(self._run_deadline())
+        if self._run is not None:
+            self._run.move(self._run_deadline())
 
     def _run_deadline(self) -> float:
         """When the run inside ends, on the loop's clock: at the fence's deadline or the tool's
@@ -152,3 +154,35 @@ class Fence:
         if self._deadline == -math.inf:
             return loop.time()
         return loop.time() + (self._deadline - time.monotonic())
+
+
+class _Run:
+    """The task running inside a fence, until its deadline: `asyncio.timeout`'s bookkeeping
+    (which cancel is ours), with the loop's `RunDeadlines` for the timer."""
+
+    __slots__ = ("_cancelling", "_deadlines", "_loop", "_task", "expired")
+
+    def __init__(self, deadlines: RunDeadlines) -> None:
+        self._deadlines = deadlines
+        self.expired = False
+
+    def start(self, deadline: float) -> None:
+        task = asyncio.current_task()
+        if task is None:
+            raise RuntimeError("a fence runs its tool inside a task")
+        self._task, self._cancelling = task, task.cancelling()
+        self._loop = task.get_loop()
+        self._deadlines.watch(self, deadline, self._loop)
+
+    def move(self, deadline: float) -> None:
+        if not self.expired:
+            self._deadlines.watch(self, deadline, self._loop)
+
+    def expire(self) -> None:
+        self.expired = True
+        self._task.cancel()
+
+    def stop(self) -> bool:
+        """End the run; True when its deadline cancelled its task and nothing else did."""
+        self._deadlines.unwatch(self)
+        return self.expired and self._task.uncancel() <= self._cancelling

@@ -44,6 +44,7 @@ from writesafe.idempotency._replays import decoded
 from writesafe.idempotency._restore_watch import RestoreWatch
 from writesafe.idempotency._restored_gate import first_run_gate
 from writesafe.idempotency._results import ResultNotStored
+from writesafe.idempotency._run_deadlines import RunDeadlines
 from writesafe.idempotency._spec import GuardedCall
 from writesafe.idempotency._store_answers import (
     CachedOutcome,
@@ -173,6 +174,7 @@ class Guard:
             self.ledger, self.keystore, self.settings.lease_seconds, LEDGER_ERRORS
         )
         self._fills = CacheFills()
+        self._run_deadlines = RunDeadlines()
         # In-process single flight: same-key, same-payload calls in this process wait on the
         # first one's future instead of polling the stores.
         self._local: dict[tuple[str, str], tuple[str, asyncio.Future[None]]] = {}
@@ -210,7 +212,7 @@ class Guard:
         answer = "error"
         try:
             if call.tool.read_only:
-                value = await run_read(call, self.codes, self.ledger.clock)
+                value = await run_read(call, self.codes, self.ledger.clock, self._run_deadlines)
                 answer = "executed"
                 return value, False
             result = await self._call(call, look)
@@ -606,7 +608,7 @@ class Guard:
         try:
             try:
                 fence.check()  # a stall since the claim may have cost the lease: send nothing
-                async with fence.run_for(call.tool.timeout):  # one timer for both
+                with fence.running(self._run_deadlines, call.tool.timeout):
                     value = await call.invoke()
             except BaseException as error:
                 classification = self._classify(call, error, fence.timed_out(), fence)

@@ -8,7 +8,6 @@ honouring the stated delay, within the tool's `max_executions` and its dependenc
 
 from __future__ import annotations
 
-import asyncio
 import math
 import time
 from typing import Any
@@ -19,6 +18,7 @@ from writesafe.idempotency._attempts import attempt
 from writesafe.idempotency._context import OperationContext, reset_current, set_current
 from writesafe.idempotency._errors import WriteSafeError
 from writesafe.idempotency._fence import Fence
+from writesafe.idempotency._run_deadlines import RunDeadlines
 from writesafe.idempotency._spec import GuardedCall
 from writesafe.ledger import Clock
 from writesafe.reconciler import Classification, Code, CodeRegistry, Lost, SideEffects
@@ -26,15 +26,18 @@ from writesafe.reconciler._adapters import answer_failure, failure_of
 from writesafe.reconciler._retry import RetrySignal, exhausted
 
 
-async def run_read(call: GuardedCall, codes: CodeRegistry, clock: Clock) -> Any:
-    """The read's answer, or `WriteSafeError` with the envelope it ended on."""
+async def run_read(
+    call: GuardedCall, codes: CodeRegistry, clock: Clock, deadlines: RunDeadlines
+) -> Any:
+    """The read's answer, or `WriteSafeError` with the envelope it ended on; `deadlines`: the
+    loop's, which end a read that outlives the tool's timeout."""
     tool = call.tool
     executions = 0
 
     async def execution() -> Any:
         nonlocal executions
         executions += 1
-        classification = await _read_once(call, codes, executions)
+        classification = await _read_once(call, codes, executions, deadlines)
         if isinstance(classification, Classification):
             raise _failed(call, classification, executions, codes)
         tool.retry_budget.record_success()
@@ -63,18 +66,17 @@ class _Value:
 
 
 async def _read_once(
-    call: GuardedCall, codes: CodeRegistry, execution: int
+    call: GuardedCall, codes: CodeRegistry, execution: int, deadlines: RunDeadlines
 ) -> _Value | Classification:
     # A read holds no lease, so its fence never closes: nothing it sends can be stale.
     fence = Fence(call.key, execution, time.monotonic(), math.inf)
     token = set_current(OperationContext(call.key, call.scope, call.tool.name, execution, fence))
     try:
-        deadline = asyncio.timeout(call.tool.timeout)
         try:
-            async with deadline:
+            with fence.running(deadlines, call.tool.timeout):
                 value = await call.invoke()
         except Exception as error:
-            if deadline.expired():
+            if fence.timed_out():
                 message = f"the read did not finish within {call.tool.timeout}s"
                 envelope = codes.envelope(Code.OUTCOME_UNKNOWN, message, cause=Lost.TIMEOUT)
                 return Classification(envelope, {"timeout_seconds": call.tool.timeout})

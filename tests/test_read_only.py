@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from datetime import UTC, datetime
 from typing import Any
 
@@ -118,3 +119,24 @@ def test_a_read_only_tool_has_no_lookup(make_ws: MakeWriteSafe) -> None:
 
     with pytest.raises(ValueError, match="read-only"):
         ws.tool("shipment_lookup", lookup=find, read_only=True)
+
+
+async def test_a_read_past_its_timeout_ends_as_outcome_unknown(make_ws: MakeWriteSafe) -> None:
+    """The read's task is ended at its timeout: its answer is unknown, and it is not tried again."""
+    ws = make_ws()
+    started = 0
+
+    @ws.tool("slow_lookup", read_only=True, timeout=0.1, max_executions=3)
+    async def slow_lookup(ref: str) -> str:
+        nonlocal started
+        started += 1
+        await asyncio.sleep(30)
+        return ref
+
+    with pytest.raises(WriteSafeError) as ended:
+        await asyncio.wait_for(slow_lookup("SHIP-1"), 10)
+    envelope = ended.value.envelope
+    assert envelope.code == "OUTCOME_UNKNOWN"
+    assert "did not finish within 0.1s" in envelope.message
+    assert started == 1
+    assert await ws.ledger.list(tool="slow_lookup") == []
