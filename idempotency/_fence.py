@@ -104,14 +104,15 @@ class Fence:
         """Run the tool inside the fence (`with`): its task is cancelled when the fence closes,
         or when its `timeout` (seconds from now; None: none) runs out, whichever comes first;
         the loop's `deadlines` keep the time."""
-        self._limit = math.inf if timeout is None else asyncio.get_running_loop().time() + timeout
-        self._run = _Run(deadlines)
+        loop = asyncio.get_running_loop()
+        self._limit = math.inf if timeout is None else loop.time() + timeout
+        self._run = _Run(deadlines, loop)
         return self
 
     def __enter__(self) -> Fence:
         run = self._run
         assert run is not None, "entered through `running`"
-        run.start(self._run_deadline())
+        run.start(self._run_deadline(run.loop))
         return self
 
     def __exit__(
@@ -138,19 +139,19 @@ class Fence:
         return self._timed_out
 
     def _reschedule(self) -> None:
-        if self._run is not None:
-            self._run.move(self._run_deadline())
+        run = self._run
+        if run is not None:
+            run.move(self._run_deadline(run.loop))
 
-    def _run_deadline(self) -> float:
+    def _run_deadline(self, loop: asyncio.AbstractEventLoop) -> float:
         """When the run inside ends, on the loop's clock: at the fence's deadline or the tool's
         timeout, whichever is first, noting which one the timer is for."""
-        fence = self._loop_deadline()
+        fence = self._loop_deadline(loop)
         self._limit_first = self._limit < fence
         return min(fence, self._limit)
 
-    def _loop_deadline(self) -> float:
+    def _loop_deadline(self, loop: asyncio.AbstractEventLoop) -> float:
         # The event loop's clock need not be `time.monotonic()` itself (uvloop has its own).
-        loop = asyncio.get_running_loop()
         if self._deadline == -math.inf:
             return loop.time()
         return loop.time() + (self._deadline - time.monotonic())
@@ -160,23 +161,22 @@ class _Run:
     """The task running inside a fence, until its deadline: `asyncio.timeout`'s bookkeeping
     (which cancel is ours), with the loop's `RunDeadlines` for the timer."""
 
-    __slots__ = ("_cancelling", "_deadlines", "_loop", "_task", "expired")
+    __slots__ = ("_cancelling", "_deadlines", "_task", "expired", "loop")
 
-    def __init__(self, deadlines: RunDeadlines) -> None:
-        self._deadlines = deadlines
+    def __init__(self, deadlines: RunDeadlines, loop: asyncio.AbstractEventLoop) -> None:
+        self._deadlines, self.loop = deadlines, loop
         self.expired = False
 
     def start(self, deadline: float) -> None:
-        task = asyncio.current_task()
+        task = asyncio.current_task(self.loop)
         if task is None:
             raise RuntimeError("a fence runs its tool inside a task")
         self._task, self._cancelling = task, task.cancelling()
-        self._loop = task.get_loop()
-        self._deadlines.watch(self, deadline, self._loop)
+        self._deadlines.watch(self, deadline, self.loop)
 
     def move(self, deadline: float) -> None:
         if not self.expired:
-            self._deadlines.watch(self, deadline, self._loop)
+            self._deadlines.watch(self, deadline, self.loop)
 
     def expire(self) -> None:
         self.expired = True
