@@ -1,8 +1,8 @@
 """One event-loop timer for the deadlines of every run inside a fence on the loop.
 
 A timer per run (`asyncio.timeout`) pushes a timer handle on the loop's heap and later pops it off,
-with Python comparisons each way, and cancelled handles make the loop re-heapify: about 30k
-instructions per guarded call, 3 % of a first execution on PostgreSQL (bench/instructions.py).
+with Python comparisons each way, and cancelled handles make the loop re-heapify: about 35k
+instructions per guarded call, 3.5 % of a first execution on PostgreSQL (bench/instructions.py).
 Runs nearly always end long before their deadlines, so here a run is one dict entry, and the one
 timer is moved only for a deadline earlier than the one it is set for. A run that ends leaves
 the timer as it is; when it fires, it ends the runs that are due and is set again for the next.
