@@ -43,12 +43,10 @@ async def test_a_run_with_an_earlier_deadline_than_the_timers_ends_at_its_own() 
     assert not long.timed_out(), "a cancel from elsewhere is not its timeout"
 
 
-async def test_a_run_started_after_the_timer_was_set_ends_when_the_timer_fires_for_nothing() -> (
-    None
-):
+async def test_a_later_run_ends_though_the_timer_was_set_for_one_that_ended() -> None:
     """The timer was set for a run that ended early; the run that remains is ended all the same."""
     deadlines = RunDeadlines()
-    assert await _run(_fence(), deadlines, 0.1, 0) < 0.1  # ends early; the timer stays set
+    await _run(_fence(), deadlines, 0.1, 0)  # ends at once; the timer stays set for 0.1 s
     later = _fence()
     began = time.monotonic()
     with pytest.raises(TimeoutError):
