@@ -7,7 +7,7 @@ margin, on this process's monotonic clock. Checking it is local and costs no I/O
 the httpx integration) checks it immediately before every send. The same deadline bounds the
 tool's task: when it passes, or a renewal is refused, the task is cancelled. The tool's own
 timeout shares that deadline (`running`), and the deadlines of every run on the loop share one
-timer (`RunDeadlines`): a timer per run cost about 35k instructions a call.
+timer (`TaskDeadlines`): a timer per run cost about 35k instructions a call.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import math
 import time
 from types import TracebackType
 
-from writesafe.idempotency._run_deadlines import RunDeadlines
+from writesafe.ledger._task_deadlines import Deadline, TaskDeadlines
 
 MARGIN_FRACTION = 0.2
 """The part of a lease the fence gives up: it closes this much before the lease can expire."""
@@ -51,7 +51,7 @@ class Fence:
         self._lease = lease_seconds
         self._deadline = leased_at + lease_seconds * (1 - MARGIN_FRACTION)
         self._sends = 0  # sends admitted and not withdrawn: each may have gone out
-        self._run: _Run | None = None  # while the tool runs inside the fence
+        self._run: Deadline | None = None  # while the tool runs inside the fence
         self._limit = math.inf  # the loop time the tool's own timeout ends the run inside
         self._limit_first = False  # the run's deadline is the tool's timeout, not the fence's
         self._ended_task = False
@@ -100,19 +100,22 @@ class Fence:
         self._deadline = -math.inf
         self._reschedule()
 
-    def running(self, deadlines: RunDeadlines, timeout: float | None) -> Fence:
+    def running(self, deadlines: TaskDeadlines, timeout: float | None) -> Fence:
         """Run the tool inside the fence (`with`): its task is cancelled when the fence closes,
         or when its `timeout` (seconds from now; None: none) runs out, whichever comes first;
         the loop's `deadlines` keep the time."""
         loop = asyncio.get_running_loop()
         self._limit = math.inf if timeout is None else loop.time() + timeout
-        self._run = _Run(deadlines, loop)
+        self._run = Deadline(deadlines, loop)
         return self
 
     def __enter__(self) -> Fence:
         run = self._run
         assert run is not None, "entered through `running`"
-        run.start(self._run_deadline(run.loop))
+        task = asyncio.current_task(run.loop)
+        if task is None:
+            raise RuntimeError("a fence runs its tool inside a task")
+        run.start(task, self._run_deadline(run.loop))
         return self
 
     def __exit__(
@@ -127,7 +130,7 @@ class Fence:
         self._ended_task = expired and not self._limit_first
         self._timed_out = expired and self._limit_first
         self._limit = math.inf
-        if run.stop() and exc_type is asyncio.CancelledError:
+        if run.end() and exc_type is asyncio.CancelledError:
             raise TimeoutError from exc  # as `asyncio.timeout` does: the run's cancel was ours
 
     def closed_the_task(self) -> bool:
@@ -155,34 +158,3 @@ class Fence:
         if self._deadline == -math.inf:
             return loop.time()
         return loop.time() + (self._deadline - time.monotonic())
-
-
-class _Run:
-    """The task running inside a fence, until its deadline: `asyncio.timeout`'s bookkeeping
-    (which cancel is ours), with the loop's `RunDeadlines` for the timer."""
-
-    __slots__ = ("_cancelling", "_deadlines", "_task", "expired", "loop")
-
-    def __init__(self, deadlines: RunDeadlines, loop: asyncio.AbstractEventLoop) -> None:
-        self._deadlines, self.loop = deadlines, loop
-        self.expired = False
-
-    def start(self, deadline: float) -> None:
-        task = asyncio.current_task(self.loop)
-        if task is None:
-            raise RuntimeError("a fence runs its tool inside a task")
-        self._task, self._cancelling = task, task.cancelling()
-        self._deadlines.watch(self, deadline, self.loop)
-
-    def move(self, deadline: float) -> None:
-        if not self.expired:
-            self._deadlines.watch(self, deadline, self.loop)
-
-    def expire(self) -> None:
-        self.expired = True
-        self._task.cancel()
-
-    def stop(self) -> bool:
-        """End the run; True when its deadline cancelled its task and nothing else did."""
-        self._deadlines.unwatch(self)
-        return self.expired and self._task.uncancel() <= self._cancelling

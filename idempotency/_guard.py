@@ -44,7 +44,6 @@ from writesafe.idempotency._replays import decoded
 from writesafe.idempotency._restore_watch import RestoreWatch
 from writesafe.idempotency._restored_gate import first_run_gate
 from writesafe.idempotency._results import ResultNotStored
-from writesafe.idempotency._run_deadlines import RunDeadlines
 from writesafe.idempotency._spec import GuardedCall
 from writesafe.idempotency._store_answers import (
     CachedOutcome,
@@ -55,6 +54,7 @@ from writesafe.idempotency._store_answers import (
 )
 from writesafe.idempotency._tracing import traced_call, tracing_on
 from writesafe.ledger import Claim, Intent, LeaseHeld, Ledger, OperationRecord, Outcome, Status
+from writesafe.ledger._task_deadlines import TaskDeadlines
 from writesafe.reconciler import Classification, CodeRegistry, ErrorEnvelope, OperationInfo
 from writesafe.reconciler._adapters import answer_failure, failure_of
 from writesafe.reconciler._admission import stored_envelope
@@ -174,7 +174,7 @@ class Guard:
             self.ledger, self.keystore, self.settings.lease_seconds, LEDGER_ERRORS
         )
         self._fills = CacheFills()
-        self._run_deadlines = RunDeadlines()
+        self._run_deadlines = TaskDeadlines()
         # In-process single flight: same-key, same-payload calls in this process wait on the
         # first one's future instead of polling the stores.
         self._local: dict[tuple[str, str], tuple[str, asyncio.Future[None]]] = {}

@@ -18,16 +18,16 @@ from writesafe.idempotency._attempts import attempt
 from writesafe.idempotency._context import OperationContext, reset_current, set_current
 from writesafe.idempotency._errors import WriteSafeError
 from writesafe.idempotency._fence import Fence
-from writesafe.idempotency._run_deadlines import RunDeadlines
 from writesafe.idempotency._spec import GuardedCall
 from writesafe.ledger import Clock
+from writesafe.ledger._task_deadlines import TaskDeadlines
 from writesafe.reconciler import Classification, Code, CodeRegistry, Lost, SideEffects
 from writesafe.reconciler._adapters import answer_failure, failure_of
 from writesafe.reconciler._retry import RetrySignal, exhausted
 
 
 async def run_read(
-    call: GuardedCall, codes: CodeRegistry, clock: Clock, deadlines: RunDeadlines
+    call: GuardedCall, codes: CodeRegistry, clock: Clock, deadlines: TaskDeadlines
 ) -> Any:
     """The read's answer, or `WriteSafeError` with the envelope it ended on; `deadlines`: the
     loop's, which end a read that outlives the tool's timeout."""
@@ -66,7 +66,7 @@ class _Value:
 
 
 async def _read_once(
-    call: GuardedCall, codes: CodeRegistry, execution: int, deadlines: RunDeadlines
+    call: GuardedCall, codes: CodeRegistry, execution: int, deadlines: TaskDeadlines
 ) -> _Value | Classification:
     # A read holds no lease, so its fence never closes: nothing it sends can be stale.
     fence = Fence(call.key, execution, time.monotonic(), math.inf)

@@ -11,8 +11,8 @@ connection waits in turn, handed its slot by the release before it; the waits sh
 since each ends `wait_seconds` after it began and the first to begin is the first to end (a
 timer per wait, as `asyncio.timeout` sets, was 6 % of a first execution's instructions while
 the pool was busy). A connection is lent for one statement, and the statements' deadlines share
-one timer the same way: the driver's own `command_timeout` arms a timer per statement, 4 % of a
-first execution's instructions (docs/performance.md). A statement lent past its deadline is
+one timer (`TaskDeadlines`): the driver's own `command_timeout` arms a timer per statement, 4 %
+of a first execution's instructions (docs/performance.md). A statement lent past its deadline is
 cancelled as `asyncio.timeout` cancels it (its task is cancelled) and raised as `TimeoutError`,
 as the driver's own timeout was. A cancelled statement's connection is closed once the server
 has been asked to stop the statement, not cut off at once: cut off, the server would go on
@@ -29,6 +29,8 @@ from typing import Any
 
 import asyncpg
 from sqlalchemy.exc import TimeoutError as PoolTimeout
+
+from writesafe.ledger._task_deadlines import Deadline, TaskDeadlines
 
 # Failures of the connection rather than of the statement. A backend ended by the server (an
 # administrator's pg_terminate_backend, a shutdown, a crash) seldom goes alone: its idle siblings
@@ -48,11 +50,6 @@ _BROKEN: tuple[type[BaseException], ...] = (
 # say goodbye to the server before it is cut off (seconds).
 _CLOSE_SECONDS = 2.0
 
-# A connection lent for a statement: until when (the loop's time), to which task, and how many
-# cancellations that task had been asked for already (an `asyncio.timeout`'s bookkeeping). A
-# tuple: one is made per statement.
-_Lent = tuple[float, asyncio.Task[Any], int]
-
 
 class ConnectionPool:
     """At most `size` asyncpg connections, opened on demand, reused newest first, closed after
@@ -71,9 +68,8 @@ class ConnectionPool:
         self._idle: list[tuple[float, asyncpg.Connection]] = []  # (when it was last used, it)
         self._timer: asyncio.TimerHandle | None = None
         self._closing: set[asyncio.Task[None]] = set()
-        self._lent: dict[asyncpg.Connection, _Lent] = {}  # in the order lent: by deadline
-        self._overdue: dict[asyncpg.Connection, _Lent] = {}  # their statements being cancelled
-        self._deadline: asyncio.TimerHandle | None = None  # at the first lent one's deadline
+        self._lent: dict[asyncpg.Connection, Deadline] = {}  # each lent one's statement's
+        self._deadlines = TaskDeadlines()
 
     async def acquire(self) -> asyncpg.Connection:
         """An idle connection, or a new one, lent for one statement from now; wait while `size`
@@ -95,7 +91,8 @@ class ConnectionPool:
 
     def release(self, connection: asyncpg.Connection) -> None:
         """Return a connection whose statement completed."""
-        self._lent.pop(connection, None)
+        if (lent := self._lent.pop(connection, None)) is not None:
+            lent.end()
         if not connection.is_closed():
             loop = asyncio.get_running_loop()
             self._idle.append((loop.time(), connection))
@@ -107,8 +104,8 @@ class ConnectionPool:
         """Close a connection whose statement failed or was cancelled: its state is unknown.
         Returns the `TimeoutError` to raise instead of `error` when this pool cancelled the
         statement at its deadline (and its task is not being cancelled from elsewhere too)."""
-        self._lent.pop(connection, None)
-        overdue = self._overdue.pop(connection, None)
+        lent = self._lent.pop(connection, None)
+        timed_out = lent is not None and lent.end()
         if not isinstance(error, asyncio.CancelledError):
             connection.terminate()
             if isinstance(error, _BROKEN):
@@ -120,17 +117,15 @@ class ConnectionPool:
         # on a lock waits on, holding its backend). The connection keeps its slot until it is
         # closed: the budget counts it while it is open.
         self._close_soon(connection).add_done_callback(lambda _: self._free_slot())
-        if overdue is not None:
-            _, task, cancelling = overdue
-            if task.uncancel() <= cancelling:
-                return TimeoutError(f"the statement ran past {self._statement_seconds:g}s")
+        if timed_out:
+            return TimeoutError(f"the statement ran past {self._statement_seconds:g}s")
         return None
 
     async def close(self) -> None:
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
-        # The expiry and deadline timers stay: waits still run out, statements keep their bound.
+        # The expiry and deadlines' timers stay: waits still run out, statements keep their bound.
         idle, self._idle = self._idle, []
         closing = [connection.close() for _, connection in idle]
         await asyncio.gather(*closing, *self._closing, return_exceptions=True)
@@ -184,24 +179,8 @@ class ConnectionPool:
         if task is None:  # a statement awaited outside any task cannot be cancelled alone
             return
         loop = task.get_loop()
-        deadline = loop.time() + seconds
-        self._lent[connection] = (deadline, task, task.cancelling())
-        if self._deadline is None:
-            self._deadline = loop.call_at(deadline, self._cancel_overdue)
-
-    def _cancel_overdue(self) -> None:
-        """Cancel the statements lent past their deadline; look again at the next deadline."""
-        self._deadline = None
-        loop = asyncio.get_running_loop()
-        now = loop.time()
-        for connection, lent in list(self._lent.items()):  # at most `size`
-            deadline, task, _ = lent
-            if deadline > now:
-                self._deadline = loop.call_at(deadline, self._cancel_overdue)
-                return
-            del self._lent[connection]
-            self._overdue[connection] = lent
-            task.cancel()
+        lent = self._lent[connection] = Deadline(self._deadlines, loop)
+        lent.start(task, loop.time() + seconds)
 
     def _close_unused(self) -> None:
         """Close the connections unused for `idle_seconds`; look again when the next one is."""

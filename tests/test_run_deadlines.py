@@ -8,7 +8,7 @@ import time
 import pytest
 
 from writesafe.idempotency._fence import Fence
-from writesafe.idempotency._run_deadlines import RunDeadlines
+from writesafe.ledger._task_deadlines import TaskDeadlines
 
 LEASE = 60.0  # the fence stays open: the tools' timeouts end these runs
 
@@ -17,7 +17,7 @@ def _fence() -> Fence:
     return Fence("k", 1, time.monotonic(), LEASE)
 
 
-async def _run(fence: Fence, deadlines: RunDeadlines, limit: float | None, work: float) -> float:
+async def _run(fence: Fence, deadlines: TaskDeadlines, limit: float | None, work: float) -> float:
     """Run `work` seconds inside `fence` with the tool's timeout `limit`; the seconds it ran."""
     began = time.monotonic()
     with fence.running(deadlines, limit):
@@ -26,7 +26,7 @@ async def _run(fence: Fence, deadlines: RunDeadlines, limit: float | None, work:
 
 
 async def test_a_run_with_an_earlier_deadline_than_the_timers_ends_at_its_own() -> None:
-    deadlines = RunDeadlines()
+    deadlines = TaskDeadlines()
     long, short = _fence(), _fence()
     waiting = asyncio.create_task(_run(long, deadlines, 30, 30))
     await asyncio.sleep(0)  # the long run set the timer for its deadline
@@ -45,7 +45,7 @@ async def test_a_run_with_an_earlier_deadline_than_the_timers_ends_at_its_own() 
 
 async def test_a_later_run_ends_though_the_timer_was_set_for_one_that_ended() -> None:
     """The timer was set for a run that ended early; the run that remains is ended all the same."""
-    deadlines = RunDeadlines()
+    deadlines = TaskDeadlines()
     await _run(_fence(), deadlines, 0.1, 0)  # ends at once; the timer stays set for 0.1 s
     later = _fence()
     began = time.monotonic()
@@ -56,7 +56,7 @@ async def test_a_later_run_ends_though_the_timer_was_set_for_one_that_ended() ->
 
 
 async def test_a_closed_fence_ends_its_run_at_once() -> None:
-    deadlines = RunDeadlines()
+    deadlines = TaskDeadlines()
     fence = _fence()
     running = asyncio.create_task(_run(fence, deadlines, None, 30))
     await asyncio.sleep(0.05)
@@ -70,7 +70,7 @@ async def test_a_closed_fence_ends_its_run_at_once() -> None:
 async def test_a_cancel_from_elsewhere_as_the_deadline_passes_is_not_a_timeout() -> None:
     """Like `asyncio.timeout`: when the task was also cancelled by someone else, the
     cancellation goes on up rather than turning into a `TimeoutError`."""
-    deadlines, fence = RunDeadlines(), _fence()
+    deadlines, fence = TaskDeadlines(), _fence()
     loop = asyncio.get_running_loop()
 
     async def blocked_past_both() -> None:
@@ -87,7 +87,7 @@ async def test_a_cancel_from_elsewhere_as_the_deadline_passes_is_not_a_timeout()
 
 
 async def test_many_runs_end_each_at_its_own_deadline() -> None:
-    deadlines = RunDeadlines()
+    deadlines = TaskDeadlines()
     began = time.monotonic()
 
     async def ended(limit: float) -> float:
