@@ -4,7 +4,9 @@ Building a tenacity controller and its per-attempt bookkeeping cost tens of micr
 guarded call has three retried steps (claim, execution, outcome) that nearly always succeed at
 once. So the first try runs bare, and only a failure builds the controller and enters it as its
 attempt 1: the retry and wait strategies see exactly what they would have seen (a stop after a
-delay counts from the first failure).
+delay counts from the first failure). The claim and the outcome make their first try themselves
+and call `retried` on a failure: `attempt`'s coroutine and the step's closure are objects the
+collector tracks, held by every call in flight (docs/performance.md).
 """
 
 from __future__ import annotations
@@ -22,13 +24,23 @@ async def attempt(step: Callable[[], Awaitable[T]], retrying: Callable[[], Async
     try:
         return await step()
     except Exception as error:
-        first_failure: Exception | None = error
+        return await retried(error, step, retrying)
+
+
+async def retried(
+    first_failure: Exception,
+    step: Callable[[], Awaitable[T]],
+    retrying: Callable[[], AsyncRetrying],
+) -> T:
+    """`await retrying()(step)` for a step whose first try, made outside tenacity, raised
+    `first_failure`: it is tenacity's attempt 1, and `step` makes the tries after it."""
+    failure: Exception | None = first_failure
 
     async def step_after_first_failure() -> T:
-        nonlocal first_failure
-        if first_failure is not None:
-            failure, first_failure = first_failure, None
-            raise failure
+        nonlocal failure
+        if failure is not None:
+            raised, failure = failure, None
+            raise raised
         return await step()
 
     result: T = await retrying()(step_after_first_failure)

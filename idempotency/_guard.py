@@ -29,7 +29,7 @@ from tenacity import (
     stop_after_attempt,
 )
 
-from writesafe.idempotency._attempts import attempt
+from writesafe.idempotency._attempts import attempt, retried
 from writesafe.idempotency._context import OperationContext, reset_current, set_current
 from writesafe.idempotency._errors import WriteSafeError
 from writesafe.idempotency._fence import Fence, LeaseLost
@@ -436,7 +436,10 @@ class Guard:
         # One retry covers a pooled connection that died since its last use. Retrying a claim
         # is safe: if the first one committed, the row carries our owner token.
         try:
-            return await attempt(lambda: self.ledger.claim(intent), _retry_claim)
+            try:  # `attempt`, its first try made here (see `retried`)
+                return await self.ledger.claim(intent)
+            except Exception as first:
+                return await retried(first, lambda: self.ledger.claim(intent), _retry_claim)
         except LEDGER_ERRORS as error:
             raise self.write_not_started(error) from error
 

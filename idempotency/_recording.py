@@ -6,6 +6,7 @@ connection, and must not repeat: a retried finish that finds its first try commi
 
 from __future__ import annotations
 
+import functools
 import logging
 
 from sqlalchemy.exc import SQLAlchemyError
@@ -17,7 +18,7 @@ from tenacity import (
     wait_exponential,
 )
 
-from writesafe.idempotency._attempts import attempt
+from writesafe.idempotency._attempts import retried
 from writesafe.idempotency._metrics import LEASES_LOST, executed
 from writesafe.ledger import Ledger, OperationRecord, Outcome
 from writesafe.reconciler._decisions import committed_earlier
@@ -40,27 +41,13 @@ async def record_outcome(
     """Write the outcome, retrying the ledger for up to `retry_seconds`; None if it could not be
     recorded (the ledger is gone, or the lease was taken over)."""
     executed(tool, outcome.status.value).inc()
-    tries = 0
-
-    async def record() -> OperationRecord | None:
-        nonlocal tries
-        tries += 1
-        recorded = await ledger.finish(operation, owner, outcome)
-        if recorded is None and tries > 1:
-            row = await ledger.get(operation.scope, operation.key)
-            recorded = row if committed_earlier(row, operation, outcome) else None
-        return recorded
-
-    def retrying() -> AsyncRetrying:
-        return AsyncRetrying(
-            stop=stop_after_delay(retry_seconds) | stop_after_attempt(6),
-            wait=wait_exponential(multiplier=0.05, max=0.5),
-            retry=retry_if_exception_type(LEDGER_ERRORS),
-            reraise=True,
-        )
-
     try:
-        recorded = await attempt(record, retrying)
+        try:  # `attempt`, its first try made here (see `retried`)
+            recorded = await ledger.finish(operation, owner, outcome)
+        except Exception as first:
+            again = functools.partial(_finish_again, ledger, operation, owner, outcome)
+            retrying = functools.partial(_retrying, retry_seconds)
+            recorded = await retried(first, again, retrying)
     except LEDGER_ERRORS as error:
         failure = ledger_failure(error)
         logger.error(
@@ -80,3 +67,24 @@ async def record_outcome(
             operation.key,
         )
     return recorded
+
+
+async def _finish_again(
+    ledger: Ledger, operation: OperationRecord, owner: str, outcome: Outcome
+) -> OperationRecord | None:
+    """A try after the first: one that finds its row moved on takes it if an earlier try of
+    this same finish committed it (the connection dropped after the commit)."""
+    recorded = await ledger.finish(operation, owner, outcome)
+    if recorded is None:
+        row = await ledger.get(operation.scope, operation.key)
+        recorded = row if committed_earlier(row, operation, outcome) else None
+    return recorded
+
+
+def _retrying(retry_seconds: float) -> AsyncRetrying:
+    return AsyncRetrying(
+        stop=stop_after_delay(retry_seconds) | stop_after_attempt(6),
+        wait=wait_exponential(multiplier=0.05, max=0.5),
+        retry=retry_if_exception_type(LEDGER_ERRORS),
+        reraise=True,
+    )

@@ -11,6 +11,7 @@ import pytest
 from prometheus_client import REGISTRY
 from redis.asyncio import Redis
 from sqlalchemy import text
+from sqlalchemy.exc import OperationalError
 
 from tests.conftest import PG_URL, REDIS_URL, MakeWriteSafe
 from tests.redis_server import available, private_redis
@@ -153,6 +154,34 @@ async def test_a_brief_ledger_outage_after_the_effect_is_ridden_out(
     status = await ws.status("k")
     assert status is not None
     assert status.status is Status.SUCCEEDED
+
+
+async def test_an_outcome_whose_answer_was_lost_after_its_commit_is_taken_on_the_retry(
+    make_ws: MakeWriteSafe,
+) -> None:
+    """The outcome's write committed, then its answer was lost (the connection dropped after
+    the commit): the retry finds the row moved on, and takes it as this finish's own, not as a
+    lease taken over."""
+    ws = make_ws()
+    submit, effects = echo_tool(ws)
+    finish = ws.ledger.finish
+    answers_lost: list[int] = []
+
+    async def answer_lost_once(*args: Any, **kwargs: Any) -> Any:
+        recorded = await finish(*args, **kwargs)
+        if not answers_lost:
+            answers_lost.append(1)
+            raise OperationalError("UPDATE …", {}, Exception("connection closed after the commit"))
+        return recorded
+
+    ws.ledger.finish = answer_lost_once  # type: ignore[method-assign]
+    assert await submit(3, idempotency_key="k") == 3
+    assert answers_lost == [1]
+    status = await ws.status("k")
+    assert status is not None
+    assert status.status is Status.SUCCEEDED
+    assert await submit(3, idempotency_key="k") == 3  # a replay
+    assert effects == [3]
 
 
 @pytest.mark.parametrize("backend", ["postgres+redis"])
