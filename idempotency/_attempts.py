@@ -4,9 +4,9 @@ Building a tenacity controller and its per-attempt bookkeeping cost tens of micr
 guarded call has three retried steps (claim, execution, outcome) that nearly always succeed at
 once. So the first try runs bare, and only a failure builds the controller and enters it as its
 attempt 1: the retry and wait strategies see exactly what they would have seen (a stop after a
-delay counts from the first failure). The claim and the outcome make their first try themselves
-and call `retried` on a failure: `attempt`'s coroutine and the step's closure are objects the
-collector tracks, held by every call in flight (docs/performance.md).
+delay counts from the first failure). The claim, the execution and the outcome make their first
+try themselves and call `retried` on a failure: `attempt`'s coroutine and the step's closure are
+objects the collector tracks, held by every call in flight (docs/performance.md).
 """
 
 from __future__ import annotations

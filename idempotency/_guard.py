@@ -29,7 +29,7 @@ from tenacity import (
     stop_after_attempt,
 )
 
-from writesafe.idempotency._attempts import attempt, retried
+from writesafe.idempotency._attempts import retried
 from writesafe.idempotency._context import OperationContext, reset_current, set_current
 from writesafe.idempotency._errors import WriteSafeError
 from writesafe.idempotency._fence import Fence, LeaseLost
@@ -557,28 +557,31 @@ class Guard:
         continued it during the wait runs it instead, and this call answers like it.
         """
         started = time.monotonic()
-        failure: _Retryable | None = None
-        store_token = None if self.keystore is None else lease_token(owner, call.fingerprint)
+        lease = self._hold_lease(call, operation, owner, leased_at)
+        try:  # `attempt`, its first try made here (see `retried`)
+            return await self._execute_once(call, operation, owner, lease.fence)
+        except _Retryable as retryable:
+            failure = retryable
+        finally:
+            self._leases.release(lease)  # a failed row holds no lease while the policy waits
+        return await self._execute_again(call, owner, failure, started)
 
-        def fenced(at: float) -> HeldLease:
-            """The lease of the current execution, fenced from its lease write sent `at`."""
-            fence = Fence(call.key, operation.executions, at, self.settings.lease_seconds)
-            return HeldLease(operation.id, owner, call.scope, call.key, store_token, fence)
-
-        lease = fenced(leased_at)
+    async def _execute_again(
+        self, call: GuardedCall, owner: str, failure: _Retryable, started: float
+    ) -> _Answer | _Busy:
+        """The executions after a retryable `failure`, under the tool's retry policy, whose
+        time counts from `started`: the failure is the policy's attempt 1."""
+        lease: HeldLease | None = None
 
         async def execution() -> _Answer | _Busy:
-            nonlocal operation, failure, lease
-            if failure is not None:
-                sent_at = time.monotonic()
-                restarted = await self._next_execution(call, failure, owner)
-                if restarted is None:
-                    return _Busy(0)
-                operation = restarted
-                lease = fenced(sent_at)
-            self._leases.hold(lease)
+            nonlocal failure, lease
+            sent_at = time.monotonic()
+            restarted = await self._next_execution(call, failure, owner)
+            if restarted is None:
+                return _Busy(0)
+            lease = self._hold_lease(call, restarted, owner, sent_at)
             try:
-                return await self._execute_once(call, operation, owner, lease.fence)
+                return await self._execute_once(call, restarted, owner, lease.fence)
             except _Retryable as retryable:
                 failure = retryable
                 self._leases.release(lease)  # the failed row holds no lease while we wait
@@ -596,9 +599,21 @@ class Guard:
             )
 
         try:
-            return await attempt(execution, retrying)
+            return await retried(failure, execution, retrying)
         finally:
-            self._leases.release(lease)
+            if lease is not None:
+                self._leases.release(lease)
+
+    def _hold_lease(
+        self, call: GuardedCall, operation: OperationRecord, owner: str, leased_at: float
+    ) -> HeldLease:
+        """Keep renewing the lease of `operation`'s current execution, fenced from its lease
+        write sent at `leased_at`."""
+        store_token = None if self.keystore is None else lease_token(owner, call.fingerprint)
+        fence = Fence(call.key, operation.executions, leased_at, self.settings.lease_seconds)
+        lease = HeldLease(operation.id, owner, call.scope, call.key, store_token, fence)
+        self._leases.hold(lease)
+        return lease
 
     async def _execute_once(
         self, call: GuardedCall, operation: OperationRecord, owner: str, fence: Fence

@@ -93,6 +93,24 @@ async def test_a_call_cancelled_mid_wait_leaves_the_failure_and_the_key_continue
     assert executions(status) == [(1, "failed", Code.TEMP_UNAVAILABLE), (2, "succeeded", None)]
 
 
+async def test_a_write_holds_its_lease_only_while_it_runs(make_ws: MakeWriteSafe) -> None:
+    """None is renewed while the failed execution waits for its retry, nor after the answer: the
+    lease keeper would spend a statement per tick on rows that are no longer running."""
+    clock = WaitingClock()
+    ws, shop = make_ws(clock=clock), Shop()
+    submit = shop.tool(ws)
+    leases = (await ws.guard())._leases
+
+    task = asyncio.create_task(submit("A1", idempotency_key="k"))
+    await clock.waiting.wait()  # execution 1 was refused; the call waits for execution 2
+    held_while_waiting = dict(leases._held)
+    clock.resume.set()
+    assert await task == {"order_id": "o-1", "sku": "A1"}
+
+    assert held_while_waiting == {}
+    assert leases._held == {}
+
+
 async def test_a_caller_of_the_key_during_the_wait_is_answered_and_the_write_runs_once(
     make_ws: MakeWriteSafe, backend: str
 ) -> None:
