@@ -571,10 +571,9 @@ class Guard:
     ) -> _Answer | _Busy:
         """The executions after a retryable `failure`, under the tool's retry policy, whose
         time counts from `started`: the failure is the policy's attempt 1."""
-        lease: HeldLease | None = None
 
         async def execution() -> _Answer | _Busy:
-            nonlocal failure, lease
+            nonlocal failure
             sent_at = time.monotonic()
             restarted = await self._next_execution(call, failure, owner)
             if restarted is None:
@@ -584,8 +583,9 @@ class Guard:
                 return await self._execute_once(call, restarted, owner, lease.fence)
             except _Retryable as retryable:
                 failure = retryable
-                self._leases.release(lease)  # the failed row holds no lease while we wait
                 raise
+            finally:
+                self._leases.release(lease)  # a failed row holds no lease while the policy waits
 
         def retrying() -> AsyncRetrying:
             policy = call.tool.retry_policy
@@ -598,11 +598,7 @@ class Guard:
                 reraise=True,
             )
 
-        try:
-            return await retried(failure, execution, retrying)
-        finally:
-            if lease is not None:
-                self._leases.release(lease)
+        return await retried(failure, execution, retrying)
 
     def _hold_lease(
         self, call: GuardedCall, operation: OperationRecord, owner: str, leased_at: float
