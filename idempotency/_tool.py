@@ -59,10 +59,11 @@ def split_options(
         scope = DEFAULT_SCOPE if "scope" in named else rest.pop("scope", DEFAULT_SCOPE)
         auth_context = None if "auth_context" in named else rest.pop("auth_context", None)
         return CallOptions(passed, scope, auth_context), rest
-    if passed is not None and options.key is not None and passed != options.key:
+    if passed is None or passed == options.key:
+        return options, rest
+    if options.key is not None:
         raise invalid_input(KEY_PARAMETER, "the key is given twice, with two values")
-    key = options.key if options.key is not None else passed
-    return CallOptions(key, options.scope, options.auth_context), rest
+    return CallOptions(passed, options.scope, options.auth_context), rest
 
 
 @dataclass(frozen=True, slots=True)

@@ -454,6 +454,26 @@ async def test_key_function_and_key_forwarded_to_the_write(make_ws: MakeWriteSaf
         ws.current_operation()
 
 
+async def test_a_key_given_both_ways_must_be_one_key(make_ws: MakeWriteSafe) -> None:
+    ws, shop = make_ws(), Shop()
+
+    @ws.tool("refund")
+    async def refund(amount: int, idempotency_key: str) -> str:
+        shop.commit({"amount": amount})
+        return idempotency_key
+
+    assert await refund.key("r-1")(5, idempotency_key="r-1") == "r-1"
+    assert await refund.key(None, scope="tenant-a")(5, idempotency_key="r-2") == "r-2"
+    with pytest.raises(WriteSafeError) as twice:
+        await refund.key("r-3")(5, idempotency_key="r-4")
+    assert twice.value.envelope.code == "INPUT_INVALID"
+    assert twice.value.envelope.field == "idempotency_key"
+    assert len(shop.orders) == 2
+    assert await ws.status("r-2", scope="tenant-a") is not None
+    assert await ws.status("r-3") is None
+    assert await ws.status("r-4") is None
+
+
 @pytest.mark.parametrize(
     "key",
     ["", " padded ", "x" * 256, "tab\tkey", "new\nline", 42],
