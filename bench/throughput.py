@@ -1,6 +1,7 @@
 """Throughput: guarded first executions per second with 1, 8 and 64 keys in flight.
 
-    python -m bench.throughput [--seconds 3] [--backend pg+redis|pg|embedded] [--sync] [--json]
+    python -m bench.throughput [--seconds 3] [--backend pg+redis|pg|embedded] [--sync]
+                               [--core-share S] [--json]
     python -m bench.throughput --peers [--rounds 3] [--seconds 3] [--json]
 
 `--peers` measures writesafe on every backend against agent-once and DBOS instead
@@ -18,15 +19,19 @@ a threaded WSGI server, or a worker per process, calls it); the floor stays the 
 one process against 4 processes × 8 is issue 30's scaling comparison. Beside each: the cores the
 whole machine was busy (Linux's `/proc/stat`) and the cores the benchmark's own processes used
 (their CPU time): where the machine is busy on every core, more processes cannot add work, and the
-rest of it is the database's (and Redis's) share.
+rest of it is the database's (and Redis's) share. `--core-share S` holds each process to S of a
+core (`bench/_core_share.py`): the model of a machine with a core per process, where that share
+leaves cores to spare.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import multiprocessing
 import os
+import sys
 import threading
 import time
 from dataclasses import dataclass
@@ -39,6 +44,13 @@ from rich.table import Table
 
 from bench import throughput_peers
 from bench._cli import run_and_report
+from bench._core_share import (
+    CoreShareUnavailable,
+    check_available,
+    core_share,
+    core_share_group,
+    join,
+)
 from bench._floors import postgres_floor, sqlite_floor
 from bench._setup import create_postgres_floor, create_sqlite_floor, isolated
 from bench.guard import ORDER, bare_sync_write, bare_write
@@ -60,6 +72,20 @@ class Job:
     tag: str
     in_flight: int
     seconds: float
+    core_group: str | None = None  # the cgroup holding the process to its share of a core
+
+
+class _Start:
+    """The synchronised start of every process's calls, from which its CPU is counted: the
+    start-up and the warm-up before it fall outside the seconds timed."""
+
+    def __init__(self, barrier: Barrier) -> None:
+        self._barrier = barrier
+        self.cpu_seconds = 0.0
+
+    def wait(self) -> None:
+        self._barrier.wait()
+        self.cpu_seconds = time.process_time()
 
 
 async def _loop(job: Job, one: Any) -> int:
@@ -89,13 +115,13 @@ def _writesafe(job: Job) -> WriteSafe:
     )
 
 
-async def _guard_job(job: Job, barrier: Barrier) -> int:
+async def _guard_job(job: Job, start: _Start) -> int:
     ws = _writesafe(job)
     tool = ws.tool("bench_submit")(bare_write)
     try:
         await ws.start()
         await tool.key(f"{job.tag}-warm")(ORDER)
-        barrier.wait()
+        start.wait()
 
         async def one(key: str) -> None:
             await tool.key(key)(ORDER)
@@ -105,7 +131,7 @@ async def _guard_job(job: Job, barrier: Barrier) -> int:
         await ws.close()
 
 
-def _sync_job(job: Job, barrier: Barrier) -> int:
+def _sync_job(job: Job, start: _Start) -> int:
     """`_guard_job` through the sync face: `in_flight` threads, each calling a plain `def` tool
     with a fresh key as soon as its previous call returns."""
     ws = _writesafe(job)
@@ -113,7 +139,7 @@ def _sync_job(job: Job, barrier: Barrier) -> int:
     done = [0] * job.in_flight
     try:
         tool.key(f"{job.tag}-warm")(ORDER)
-        barrier.wait()
+        start.wait()
         deadline = time.perf_counter() + job.seconds
 
         def caller(c: int) -> None:
@@ -131,13 +157,13 @@ def _sync_job(job: Job, barrier: Barrier) -> int:
         ws.sync.close()
 
 
-async def _floor_job(job: Job, barrier: Barrier) -> int:
+async def _floor_job(job: Job, start: _Start) -> int:
     if job.backend == "embedded":
         one, close = await sqlite_floor(job.sqlite_path)
     else:
         assert job.schema is not None
         one, close = await postgres_floor(job.database_url, job.schema, min(job.in_flight, 30))
-    barrier.wait()
+    start.wait()
     try:
         return await _loop(job, one)
     finally:
@@ -145,13 +171,15 @@ async def _floor_job(job: Job, barrier: Barrier) -> int:
 
 
 def _process(job: Job, barrier: Barrier, results: Any) -> None:
-    """Run `job`; put the calls it made and the CPU seconds its process spent making them."""
-    cpu = time.process_time()
+    """Run `job`; put the calls it made and the CPU seconds its process spent from the start."""
+    if job.core_group is not None:
+        join(Path(job.core_group))
+    start = _Start(barrier)
     if job.kind == "sync":
-        done = _sync_job(job, barrier)
+        done = _sync_job(job, start)
     else:
-        done = asyncio.run((_guard_job if job.kind == "guard" else _floor_job)(job, barrier))
-    results.put((done, time.process_time() - cpu))
+        done = asyncio.run((_guard_job if job.kind == "guard" else _floor_job)(job, start))
+    results.put((done, time.process_time() - start.cpu_seconds))
 
 
 def _busy_seconds() -> float:
@@ -168,31 +196,35 @@ class Run:
     client_cores: float  # cores the benchmark's processes used of them
 
 
-def _run_config(base: Job, processes: int, in_flight: int) -> Run:
-    """`processes` processes sharing `in_flight` keys in flight: their ops per second and cores."""
+def _run_config(base: Job, processes: int, in_flight: int, share: float | None) -> Run:
+    """`processes` processes sharing `in_flight` keys in flight, each held to `share` of a core
+    if given: their ops per second and cores."""
     context = multiprocessing.get_context("spawn")
     per_process = max(in_flight // processes, 1)
     barrier = context.Barrier(processes + 1)
     results = context.Queue()
-    children = []
-    for p in range(processes):
-        job = Job(
-            **{
-                **base.__dict__,
-                "tag": f"{base.tag}-{processes}-{in_flight}-{p}",
-                "in_flight": per_process,
-            }
-        )
-        child = context.Process(target=_process, args=(job, barrier, results))
-        child.start()
-        children.append(child)
-    barrier.wait()
-    started, busy = time.perf_counter(), _busy_seconds()
-    answers = [results.get(timeout=base.seconds + 120) for _ in children]
-    elapsed = max(time.perf_counter() - started, base.seconds)
-    machine = (_busy_seconds() - busy) / elapsed
-    for child in children:
-        child.join()
+    with contextlib.ExitStack() as groups:
+        children = []
+        for p in range(processes):
+            group = None if share is None else groups.enter_context(core_share_group(share))
+            job = Job(
+                **{
+                    **base.__dict__,
+                    "tag": f"{base.tag}-{processes}-{in_flight}-{p}",
+                    "in_flight": per_process,
+                    "core_group": None if group is None else str(group),
+                }
+            )
+            child = context.Process(target=_process, args=(job, barrier, results))
+            child.start()
+            children.append(child)
+        barrier.wait()
+        started, busy = time.perf_counter(), _busy_seconds()
+        answers = [results.get(timeout=base.seconds + 120) for _ in children]
+        elapsed = max(time.perf_counter() - started, base.seconds)
+        machine = (_busy_seconds() - busy) / elapsed
+        for child in children:
+            child.join()  # a cgroup is removed only once its process has exited
     total = sum(done for done, _ in answers)
     return Run(total / elapsed, machine, sum(cpu for _, cpu in answers) / elapsed)
 
@@ -229,9 +261,10 @@ async def _isolated_run(args: argparse.Namespace) -> dict[str, Any]:
         rows = []
         for processes in PROCESSES:
             for in_flight in CONCURRENCY:
-                guard = await asyncio.to_thread(_run_config, base, processes, in_flight)
+                share = args.core_share
+                guard = await asyncio.to_thread(_run_config, base, processes, in_flight, share)
                 floor_job = Job(**{**base.__dict__, "kind": "floor"})
-                floor = await asyncio.to_thread(_run_config, floor_job, processes, in_flight)
+                floor = await asyncio.to_thread(_run_config, floor_job, processes, in_flight, share)
                 rows.append(
                     {
                         "processes": processes,
@@ -242,6 +275,12 @@ async def _isolated_run(args: argparse.Namespace) -> dict[str, Any]:
                         "guard_machine_cores": round(guard.machine_cores, 2),
                         "guard_client_cores": round(guard.client_cores, 2),
                         "floor_machine_cores": round(floor.machine_cores, 2),
+                        "floor_client_cores": round(floor.client_cores, 2),
+                        "cpu_per_call_vs_floor": round(
+                            (guard.client_cores / guard.ops_per_s)
+                            / (floor.client_cores / floor.ops_per_s),
+                            2,
+                        ),
                     }
                 )
     one_process = {r["in_flight"]: r["guard_ops_per_s"] for r in rows if r["processes"] == 1}
@@ -250,12 +289,22 @@ async def _isolated_run(args: argparse.Namespace) -> dict[str, Any]:
             row["scaling_vs_1_process"] = round(
                 row["guard_ops_per_s"] / one_process[row["in_flight"]], 2
             )
-    return {"backend": args.backend, "sync": args.sync, "seconds": args.seconds, "rows": rows}
+    return {
+        "backend": args.backend,
+        "sync": args.sync,
+        "seconds": args.seconds,
+        "core_share": args.core_share,
+        "rows": rows,
+    }
 
 
 def _print(report: dict[str, Any]) -> None:
     face = ", sync face" if report["sync"] else ""
-    table = Table(title=f"throughput, {report['backend']}{face}, first executions per second")
+    held = (
+        f", each process held to {report['core_share']} of a core" if report["core_share"] else ""
+    )
+    title = f"throughput, {report['backend']}{face}{held}, first executions per second"
+    table = Table(title=title)
     columns = (
         "processes",
         "in flight",
@@ -266,6 +315,7 @@ def _print(report: dict[str, Any]) -> None:
         "busy cores",
         "clients' cores",
         "busy (floor)",
+        "CPU/call ÷ floor's",
     )
     for column in columns:
         table.add_column(column, justify="right")
@@ -280,11 +330,19 @@ def _print(report: dict[str, Any]) -> None:
             f"{row['guard_machine_cores']:.2f}",
             f"{row['guard_client_cores']:.2f}",
             f"{row['floor_machine_cores']:.2f}",
+            f"{row['cpu_per_call_vs_floor']:.2f}",
         )
     Console().print(table)
 
 
 async def _run(args: argparse.Namespace) -> dict[str, Any]:
+    if args.core_share is not None:
+        if args.peers:
+            sys.exit("--core-share holds bench.throughput's own layouts, not --peers' processes")
+        try:
+            check_available()
+        except CoreShareUnavailable as error:
+            sys.exit(str(error))
     if args.peers:
         return await throughput_peers.run(args)
     return await _isolated_run(args)
@@ -301,6 +359,11 @@ def main() -> None:
     parser.add_argument("--sync", action="store_true", help="guard a plain def, called blocking")
     parser.add_argument("--peers", action="store_true", help="every backend against the peers")
     parser.add_argument("--rounds", type=int, default=3, help="interleaved rounds of --peers")
+    parser.add_argument(
+        "--core-share",
+        type=core_share,
+        help="hold each process to this share of a core (root, cgroups: bench/_core_share.py)",
+    )
     run_and_report(parser, _run, _show)
 
 
